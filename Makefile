@@ -1,0 +1,88 @@
+# Two commands matter: `make run` and `make test`. Both work on a fresh machine: they create the
+# virtualenv, install pinned (hashed) dependencies, generate the gRPC code, then do their job.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SRC_DIRS := libs/crm-proto/src libs/crmkit/src libs/crmstack/src $(wildcard services/*/src)
+PROTO_FILES := $(shell find proto -name '*.proto')
+PROTO_OUT := libs/crm-proto/src
+STAMP := $(VENV)/.installed
+
+UV ?= uv
+IMAGE_TAG ?= dev
+
+.PHONY: install proto run test lint typecheck unit integration clean proto-check chromium \
+	requirements images kind-test chart-check images-check
+
+install: $(STAMP)
+
+$(STAMP): requirements/dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing pinned dependencies into $(VENV) (first run takes a minute or two)"
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes -r requirements/dev.txt
+	@site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  for dir in $(SRC_DIRS); do echo "$(CURDIR)/$$dir"; done > "$$site/crm-dev.pth"
+	@touch $(STAMP)
+
+proto: $(PROTO_OUT)/crm/.generated
+
+$(PROTO_OUT)/crm/.generated: $(PROTO_FILES) $(STAMP)
+	@rm -rf $(PROTO_OUT)/crm && mkdir -p $(PROTO_OUT)
+	proto/generate.sh $(PY) $(PROTO_OUT) --pyi_out=$(PROTO_OUT) \
+	  --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=$(PROTO_OUT)
+	@touch $(PROTO_OUT)/crm/py.typed $(PROTO_OUT)/crm/.generated
+
+run: install proto
+	$(PY) -m crmstack run
+
+lint: install proto
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install proto
+	$(VENV)/bin/mypy
+
+unit: install proto
+	$(PY) -m pytest libs services -q
+
+integration: install proto chromium
+	$(PY) -m pytest tests/integration -q
+
+# The OAuth consent page is tested in headless Chromium (Debian's package, driven by Playwright);
+# install it when missing and apt-get is usable, otherwise those tests skip saying why.
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium for the OAuth consent-page tests"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } || \
+	  echo "chromium could not be installed: the consent-page tests will skip"; \
+	else echo "chromium is missing and apt-get is not usable here: the consent-page tests will skip"; fi
+
+# The chart rendered offline (helm-python-sdk), schema-checked and asserted; the image inputs.
+chart-check: install proto
+	$(PY) -m pytest tests/chart -q
+
+images-check: install proto
+	$(PY) -m pytest tests/images -q
+
+test: lint typecheck unit chart-check images-check integration
+
+# The hashed requirement files: requirements/dev.txt, requirements/proto.txt and one per image
+# (services/<name>/requirements.txt), compiled with uv (`make requirements UV=/path/to/uv`).
+requirements:
+	PYTHONPATH=libs/crmstack/src $(PYTHON) -m crmstack.requirements --uv $(UV)
+
+# One image per service, crm-<service>:$(IMAGE_TAG); needs a Docker engine.
+images: install
+	$(PY) -m crmstack.deploy images --tag $(IMAGE_TAG)
+
+# A kind cluster: images, infrastructure, the chart, then tests/integration through a
+# port-forward; the cluster is deleted afterwards unless KEEP_CLUSTER=1. Needs Docker and kind.
+kind-test: install proto
+	$(PY) -m crmstack.deploy kind-test
+
+clean:
+	rm -rf $(VENV) $(PROTO_OUT)/crm .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""The runtime kit every CRM process shares: settings, logs, traces, metrics, gRPC, DB, NATS."""

@@ -1,0 +1,157 @@
+"""asyncpg pools and versioned SQL migrations for each service's own schema.
+
+Each service keeps `NNNN_name.sql` files in its package's `migrations/` folder. `migrate()` applies
+the ones not yet recorded in `<schema>.schema_migrations`, each in its own transaction, under a
+Postgres advisory lock so several replicas or a Job can run it at once safely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import asyncpg
+import orjson
+
+log = logging.getLogger("crmkit.db")
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+async def _init_connection(connection: asyncpg.Connection) -> None:
+    for type_name in ("json", "jsonb"):
+        await connection.set_type_codec(
+            type_name,
+            encoder=lambda value: orjson.dumps(value).decode(),
+            decoder=orjson.loads,
+            schema="pg_catalog",
+        )
+
+
+async def _keep_session(connection: asyncpg.Connection) -> None:
+    """A pool reset that leaves the session as it is (see create_pool)."""
+
+
+async def create_pool(
+    dsn: str,
+    *,
+    min_size: int = 2,
+    max_size: int = 10,
+    application_name: str = "crm",
+    statement_cache_size: int = 100,
+    session_settings: Mapping[str, str] | None = None,
+    reset_session: bool = True,
+) -> asyncpg.Pool:
+    """A pool whose connections decode json/jsonb with orjson.
+
+    Sessions use UTC and ISO dates, so SQL that renders dates and times as text is stable.
+    `statement_cache_size` is asyncpg's per-connection cache of prepared statements;
+    `session_settings` adds server settings (e.g. synchronous_commit) to every connection.
+    `reset_session=False` skips asyncpg's reset query (RESET ALL, UNLISTEN, CLOSE ALL, advisory
+    unlock) when a connection goes back to the pool, a round trip per pool call, for callers that
+    never change session state; an open transaction is still rolled back.
+    """
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=_init_connection,
+        statement_cache_size=statement_cache_size,
+        reset=None if reset_session else _keep_session,
+        server_settings={
+            "application_name": application_name,
+            "timezone": "UTC",
+            "datestyle": "ISO, YMD",
+            **(session_settings or {}),
+        },
+    )
+    assert pool is not None
+    return pool
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def load_migrations(package: str) -> list[Migration]:
+    """The migrations in `<package>/migrations`, ordered by version."""
+    found: list[Migration] = []
+    folder = resources.files(package).joinpath("migrations")
+    if not folder.is_dir():
+        return found
+    for entry in folder.iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match is None:
+            continue
+        found.append(Migration(int(match.group(1)), entry.name, entry.read_text()))
+    found.sort(key=lambda migration: migration.version)
+    versions = [migration.version for migration in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"duplicate migration versions in {package}: {versions}")
+    return found
+
+
+async def migrate(dsn: str, schema: str, package: str) -> list[str]:
+    """Apply pending migrations of `package` to `schema`; return the names applied."""
+    if not _IDENTIFIER.match(schema):
+        raise ValueError(f"invalid schema name {schema!r}")
+    migrations = load_migrations(package)
+    connection: Any = await asyncpg.connect(dsn)
+    applied: list[str] = []
+    try:
+        lock_key = int.from_bytes(hashlib.sha256(schema.encode()).digest()[:8], "big", signed=True)
+        await connection.execute("SELECT pg_advisory_lock($1)", lock_key)
+        try:
+            await connection.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            await connection.execute(
+                f'CREATE TABLE IF NOT EXISTS "{schema}".schema_migrations ('
+                "version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL, "
+                "applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            rows = await connection.fetch(
+                f'SELECT version, name, checksum FROM "{schema}".schema_migrations'
+            )
+            done = {row["version"]: row for row in rows}
+            for migration in migrations:
+                previous = done.get(migration.version)
+                if previous is not None:
+                    if previous["checksum"] != migration.checksum:
+                        raise RuntimeError(
+                            f"migration {migration.name} changed after it was applied to {schema}"
+                        )
+                    continue
+                async with connection.transaction():
+                    await connection.execute(f'SET LOCAL search_path TO "{schema}", public')
+                    await connection.execute(migration.sql)
+                    await connection.execute(
+                        f'INSERT INTO "{schema}".schema_migrations (version, name, checksum) '
+                        "VALUES ($1, $2, $3)",
+                        migration.version,
+                        migration.name,
+                        migration.checksum,
+                    )
+                applied.append(migration.name)
+                log.info("migration applied", extra={"schema": schema, "migration": migration.name})
+        finally:
+            await connection.execute("SELECT pg_advisory_unlock($1)", lock_key)
+    finally:
+        await connection.close()
+    return applied
+
+
+async def ping(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as connection:
+        await connection.fetchval("SELECT 1")

@@ -1,0 +1,130 @@
+"""The one way every gRPC service starts: `await run_service(...)` from its `serve()`.
+
+Builds the aio server with the shared interceptor, adds the servicers, the standard health
+service and reflection (names from the proto descriptors), serves /metrics on its own port,
+marks SERVING after start, and on SIGTERM/SIGINT goes NOT_SERVING, drains and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
+
+from crmkit.grpc_client import CHANNEL_OPTIONS
+from crmkit.interceptors import ServerInterceptor
+from crmkit.metrics import GrpcServerMetrics, start_metrics_server
+from crmkit.settings import GrpcServiceSettings
+
+log = logging.getLogger("crmkit.server")
+
+
+@dataclass(frozen=True)
+class ServicerBinding:
+    """A servicer, the generated function that adds it, and its full service name."""
+
+    servicer: Any
+    add_to_server: Callable[[Any, grpc.aio.Server], None]
+    service_name: str
+
+
+def server_options(settings: GrpcServiceSettings) -> list[tuple[str, int | str]]:
+    """Channel options of the server. Connections are closed after GRPC_MAX_CONNECTION_AGE
+    (in-flight calls get a grace period): clients then resolve the service's name again, so
+    replicas added since (a scale-up behind a headless Service) receive calls too."""
+    age_ms = settings.GRPC_MAX_CONNECTION_AGE * 1000
+    return [
+        *CHANNEL_OPTIONS,
+        ("grpc.max_connection_age_ms", age_ms),
+        ("grpc.max_connection_age_grace_ms", round(settings.SHUTDOWN_GRACE_SECONDS * 1000)),
+    ]
+
+
+@dataclass
+class ServiceRuntime:
+    """What a service gives the runtime: its servicers and its background work."""
+
+    bindings: Sequence[ServicerBinding]
+    background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    on_shutdown: Sequence[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+
+
+async def run_service(
+    settings: GrpcServiceSettings,
+    registry: CollectorRegistry,
+    runtime: ServiceRuntime,
+    *,
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    server = grpc.aio.server(
+        interceptors=[ServerInterceptor(GrpcServerMetrics.create(registry))],
+        options=server_options(settings),
+        maximum_concurrent_rpcs=settings.GRPC_MAX_WORKERS_CONCURRENCY,
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for binding in runtime.bindings:
+        binding.add_to_server(binding.servicer, server)
+    names = [binding.service_name for binding in runtime.bindings]
+    reflection.enable_server_reflection(
+        [
+            *names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
+    address = f"{settings.GRPC_HOST}:{settings.GRPC_PORT}"
+    if server.add_insecure_port(address) == 0:
+        raise SystemExit(f"cannot listen on {address}: port in use or unavailable")
+    metrics_port = start_metrics_server(registry, settings.METRICS_HOST, settings.METRICS_PORT)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    await server.start()
+    tasks = [
+        asyncio.create_task(job(), name=getattr(job, "__name__", "background"))
+        for job in runtime.background
+    ]
+    for name in ("", *names):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("serving", extra={"grpc_address": address, "metrics_port": metrics_port})
+    if ready is not None:
+        ready.set()
+
+    stopped_by = asyncio.create_task(stop.wait())
+    watched = [stopped_by, *tasks]
+    done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    failed = [task for task in done if task is not stopped_by and task.exception() is not None]
+    for task in failed:
+        log.error("background task failed", exc_info=task.exception())
+
+    log.info("shutting down", extra={"grace_seconds": settings.SHUTDOWN_GRACE_SECONDS})
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(settings.SHUTDOWN_GRACE_SECONDS)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for hook in runtime.on_shutdown:
+        await hook()
+    stopped_by.cancel()
+    log.info("stopped")
+    if failed:
+        raise SystemExit(1)
+
+
+def service_name(module_descriptor: Any, service: str) -> str:
+    """Full name of `service` in a generated *_pb2 module, e.g. crm.records.v1.RecordsService."""
+    return str(module_descriptor.DESCRIPTOR.services_by_name[service].full_name)

