@@ -1,0 +1,1 @@
+"""The identity service: workspaces, users, sessions, API keys, OAuth, roles."""
