@@ -1,0 +1,1 @@
+"""The metadata service: objects and fields of each workspace."""

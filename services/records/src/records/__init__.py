@@ -1,0 +1,1 @@
+"""The records service: workspace tables and the records in them."""

@@ -1,0 +1,50 @@
+"""serve() builds the records service's dependencies, injects them and runs until SIGTERM."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from crm.records.v1 import records_pb2, records_pb2_grpc
+from crmkit import db, messaging
+from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
+from crmkit.principal import PrincipalCodec
+from records.cache import SchemaCache
+from records.metrics import RecordsMetrics
+from records.relay import OutboxRelay
+from records.servicer import RecordsServicer
+from records.settings import RecordsSettings
+
+SCHEMA = "records"
+
+
+async def serve(settings: RecordsSettings) -> None:
+    registry = CollectorRegistry()
+    pool = await db.create_pool(
+        settings.DATABASE_URL,
+        min_size=settings.DB_POOL_MIN_SIZE,
+        max_size=settings.DB_POOL_MAX_SIZE,
+        application_name="records",
+        statement_cache_size=settings.DB_STATEMENT_CACHE_SIZE,
+    )
+    nats = await messaging.connect(settings.NATS_URL, "records")
+    metrics = RecordsMetrics.create(registry)
+    cache = SchemaCache(pool, metrics, capacity=settings.SCHEMA_CACHE_SIZE)
+    await cache.listen(nats)
+    servicer = RecordsServicer(pool, cache, PrincipalCodec(settings.APP_SECRET), metrics)
+    relay = OutboxRelay(settings, nats, metrics)
+    runtime = ServiceRuntime(
+        bindings=[
+            ServicerBinding(
+                servicer,
+                records_pb2_grpc.add_RecordsServiceServicer_to_server,
+                service_name(records_pb2, "RecordsService"),
+            ),
+        ],
+        background=[relay.run],
+        on_shutdown=[nats.drain, pool.close],
+    )
+    await run_service(settings, registry, runtime)
+
+
+async def migrate(settings: RecordsSettings) -> None:
+    await db.migrate(settings.DATABASE_URL, SCHEMA, "records")

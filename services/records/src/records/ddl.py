@@ -1,0 +1,309 @@
+"""DDL that brings a workspace's Postgres schema to a desired data model.
+
+The plan is computed from the live catalog, not from what was last applied: every table and
+column carries a comment tag naming its object or field id, so renames are detected, a column
+left behind by a definition that never committed (a crash between DDL and commit) is moved aside
+instead of reused, and re-running a plan is a no-op. Columns and tables are never dropped: a
+deactivated field keeps its data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from crm.metadata.v1 import metadata_pb2 as md
+from records.model import SORTABLE_TYPES, Column, FieldModel, ObjectModel, WorkspaceModel
+from records.sql import literal, quote
+
+# format_type() spellings of the column types the model uses.
+_CATALOG_TYPES = {
+    "timestamptz": "timestamp with time zone",
+    "double precision": "double precision",
+}
+
+_SYSTEM_COLUMNS = (
+    ("id", "uuid PRIMARY KEY"),
+    ("ownerId", "uuid"),
+    ("createdAt", "timestamptz NOT NULL DEFAULT now()"),
+    ("updatedAt", "timestamptz NOT NULL DEFAULT now()"),
+    ("deletedAt", "timestamptz"),
+)
+_SYSTEM_NAMES = frozenset(name for name, _ in _SYSTEM_COLUMNS)
+_INDEXED_SYSTEM = ("ownerId", "createdAt", "updatedAt")
+
+
+@dataclass
+class CatalogColumn:
+    name: str
+    type: str
+    tag: str = ""
+
+
+@dataclass
+class CatalogTable:
+    name: str
+    tag: str = ""
+    columns: dict[str, CatalogColumn] = field(default_factory=dict)
+
+
+@dataclass
+class Catalog:
+    """What exists in one workspace schema."""
+
+    exists: bool = False
+    tables: dict[str, CatalogTable] = field(default_factory=dict)
+    indexes: set[str] = field(default_factory=set)
+    constraints: set[str] = field(default_factory=set)
+
+
+async def read_catalog(connection: Any, schema: str) -> Catalog:
+    exists = await connection.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema
+    )
+    catalog = Catalog(exists=bool(exists))
+    if not catalog.exists:
+        return catalog
+    rows = await connection.fetch(
+        """
+        SELECT c.relname AS table_name, coalesce(obj_description(c.oid, 'pg_class'), '') AS tag,
+               a.attname AS column_name, format_type(a.atttypid, a.atttypmod) AS column_type,
+               coalesce(col_description(c.oid, a.attnum), '') AS column_tag
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        WHERE n.nspname = $1 AND c.relkind = 'r'
+        """,
+        schema,
+    )
+    for row in rows:
+        table = catalog.tables.setdefault(
+            row["table_name"], CatalogTable(row["table_name"], row["tag"])
+        )
+        table.columns[row["column_name"]] = CatalogColumn(
+            row["column_name"], row["column_type"], row["column_tag"]
+        )
+    catalog.indexes = {
+        row["indexname"]
+        for row in await connection.fetch(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = $1", schema
+        )
+    }
+    catalog.constraints = {
+        row["conname"]
+        for row in await connection.fetch(
+            "SELECT con.conname FROM pg_constraint con "
+            "JOIN pg_namespace n ON n.oid = con.connamespace WHERE n.nspname = $1",
+            schema,
+        )
+    }
+    return catalog
+
+
+def object_tag(object_id: str) -> str:
+    return f"crm:object:{object_id}"
+
+
+def index_name(prefix: str, *parts: str) -> str:
+    """A stable index or constraint name from ids (survives table and column renames)."""
+    digest = hashlib.sha256(":".join(parts).encode()).hexdigest()[:24]
+    return f"{prefix}_{digest}"
+
+
+def _orphan_name(name: str) -> str:
+    suffix = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"_orphan_{name[:40]}_{suffix}"
+
+
+def _catalog_type(sql_type: str) -> str:
+    return _CATALOG_TYPES.get(sql_type, sql_type)
+
+
+class _Planner:
+    def __init__(self, schema: str, catalog: Catalog) -> None:
+        self.schema = schema
+        self.catalog = catalog
+        self.statements: list[str] = []
+
+    def qualified(self, table: str) -> str:
+        return f"{quote(self.schema)}.{quote(table)}"
+
+    def plan(self, model: WorkspaceModel) -> list[str]:
+        if not self.catalog.exists:
+            self.statements.append(f"CREATE SCHEMA IF NOT EXISTS {quote(self.schema)}")
+        for item in model.objects.values():
+            self._table(item)
+        for item in model.objects.values():
+            self._indexes(item)
+        for item in model.objects.values():
+            self._foreign_keys(item, model)
+        return self.statements
+
+    # -- tables and columns ------------------------------------------------------------------
+    def _evict_table(self, name: str) -> None:
+        occupant = self.catalog.tables.pop(name, None)
+        if occupant is None:
+            return
+        orphan = _orphan_name(name)
+        self.statements.append(f"ALTER TABLE {self.qualified(name)} RENAME TO {quote(orphan)}")
+        occupant.name = orphan
+        self.catalog.tables[orphan] = occupant
+
+    def _table(self, item: ObjectModel) -> None:
+        tag = object_tag(item.id)
+        wanted = item.name_singular
+        current = next((t for t in self.catalog.tables.values() if t.tag == tag), None)
+        if current is None:
+            self._evict_table(wanted)
+            self._create_table(item, tag)
+            return
+        if current.name != wanted:
+            self._evict_table(wanted)
+            self.statements.append(
+                f"ALTER TABLE {self.qualified(current.name)} RENAME TO {quote(wanted)}"
+            )
+            del self.catalog.tables[current.name]
+            current.name = wanted
+            self.catalog.tables[wanted] = current
+        for entry in item.fields:
+            if entry.is_system:
+                continue
+            for column in entry.columns:
+                self._column(current, column)
+
+    def _create_table(self, item: ObjectModel, tag: str) -> None:
+        table = CatalogTable(item.name_singular, tag)
+        definitions = [f"{quote(name)} {spec}" for name, spec in _SYSTEM_COLUMNS]
+        comments = []
+        for entry in item.fields:
+            if entry.is_system:
+                continue
+            for column in entry.columns:
+                definitions.append(f"{quote(column.name)} {column.sql_type}")
+                comments.append(column)
+                table.columns[column.name] = CatalogColumn(
+                    column.name, _catalog_type(column.sql_type), column.tag
+                )
+        qualified = self.qualified(item.name_singular)
+        self.statements.append(f"CREATE TABLE {qualified} ({', '.join(definitions)})")
+        self.statements.append(f"COMMENT ON TABLE {qualified} IS {literal(tag)}")
+        for column in comments:
+            self.statements.append(self._comment(item.name_singular, column))
+        self.catalog.tables[table.name] = table
+
+    def _comment(self, table: str, column: Column) -> str:
+        return (
+            f"COMMENT ON COLUMN {self.qualified(table)}.{quote(column.name)} "
+            f"IS {literal(column.tag)}"
+        )
+
+    def _evict_column(self, table: CatalogTable, name: str) -> None:
+        occupant = table.columns.pop(name, None)
+        if occupant is None:
+            return
+        orphan = _orphan_name(name)
+        self.statements.append(
+            f"ALTER TABLE {self.qualified(table.name)} "
+            f"RENAME COLUMN {quote(name)} TO {quote(orphan)}"
+        )
+        occupant.name = orphan
+        table.columns[orphan] = occupant
+
+    def _column(self, table: CatalogTable, column: Column) -> None:
+        current = next((c for c in table.columns.values() if c.tag == column.tag), None)
+        if current is not None and current.type != _catalog_type(column.sql_type):
+            # Same field id with another type cannot come from metadata (types are immutable);
+            # keep the old data aside rather than guess a conversion.
+            current.tag = ""
+            current = None
+        if current is None:
+            if column.name in _SYSTEM_NAMES:
+                raise ValueError(f"field column {column.name} collides with a system column")
+            self._evict_column(table, column.name)
+            self.statements.append(
+                f"ALTER TABLE {self.qualified(table.name)} ADD COLUMN {quote(column.name)} "
+                f"{column.sql_type}"
+            )
+            self.statements.append(self._comment(table.name, column))
+            table.columns[column.name] = CatalogColumn(
+                column.name, _catalog_type(column.sql_type), column.tag
+            )
+            return
+        if current.name != column.name:
+            self._evict_column(table, column.name)
+            self.statements.append(
+                f"ALTER TABLE {self.qualified(table.name)} RENAME COLUMN {quote(current.name)} "
+                f"TO {quote(column.name)}"
+            )
+            del table.columns[current.name]
+            current.name = column.name
+            table.columns[column.name] = current
+
+    # -- indexes and constraints -------------------------------------------------------------
+    def _create_index(self, name: str, table: str, expression: str, extra: str = "") -> None:
+        if name in self.catalog.indexes:
+            return
+        unique = "UNIQUE " if name.startswith("uq_") else ""
+        self.statements.append(
+            f"CREATE {unique}INDEX IF NOT EXISTS {quote(name)} ON {self.qualified(table)} "
+            f"({expression}){extra}"
+        )
+        self.catalog.indexes.add(name)
+
+    def _indexes(self, item: ObjectModel) -> None:
+        table = item.name_singular
+        for name in _INDEXED_SYSTEM:
+            self._create_index(index_name("ix", item.id, name), table, f"{quote(name)}, id")
+        for entry in item.fields:
+            if entry.is_system or not entry.columns:
+                continue
+            if _indexed(entry):
+                column = entry.columns[0].name
+                self._create_index(
+                    index_name("ix", item.id, entry.id), table, f"{quote(column)}, id"
+                )
+            unique_name = index_name("uq", item.id, entry.id)
+            if entry.is_unique and entry.type != md.FIELD_TYPE_CURRENCY:
+                self._create_index(
+                    unique_name,
+                    table,
+                    quote(entry.columns[0].name),
+                    ' WHERE "deletedAt" IS NULL',
+                )
+            elif unique_name in self.catalog.indexes:
+                self.statements.append(f"DROP INDEX IF EXISTS {self.qualified(unique_name)}")
+                self.catalog.indexes.discard(unique_name)
+
+    def _foreign_keys(self, item: ObjectModel, model: WorkspaceModel) -> None:
+        for entry in item.fields:
+            if entry.type != md.FIELD_TYPE_RELATION or not entry.columns:
+                continue
+            target = model.objects.get(entry.target_object_id)
+            name = foreign_key_name(entry)
+            if target is None or name in self.catalog.constraints:
+                continue
+            self.statements.append(
+                f"ALTER TABLE {self.qualified(item.name_singular)} ADD CONSTRAINT {quote(name)} "
+                f"FOREIGN KEY ({quote(entry.columns[0].name)}) "
+                f"REFERENCES {self.qualified(target.name_singular)} (id) ON DELETE SET NULL"
+            )
+            self.catalog.constraints.add(name)
+
+
+def foreign_key_name(entry: FieldModel) -> str:
+    return index_name("fk", entry.id)
+
+
+def _indexed(entry: FieldModel) -> bool:
+    """Relations and sortable fields get a (column, id) btree index; booleans do not."""
+    if entry.is_many_to_one:
+        return True
+    if entry.type == md.FIELD_TYPE_CURRENCY:
+        return True
+    return entry.type in SORTABLE_TYPES and entry.type != md.FIELD_TYPE_BOOLEAN
+
+
+def plan(schema: str, catalog: Catalog, model: WorkspaceModel) -> list[str]:
+    """The statements that bring `catalog` to `model` (empty when it is already there)."""
+    return _Planner(schema, catalog).plan(model)

@@ -1,0 +1,59 @@
+"""Metrics of the records service (beyond the gRPC server metrics every service has)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+@dataclass(frozen=True)
+class RecordsMetrics:
+    migrations: Counter
+    schema_loads: Counter
+    outbox_pending: Gauge
+    relay_lag: Gauge
+    published: Counter
+    pruned: Counter
+    relay_active: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> RecordsMetrics:
+        return cls(
+            migrations=Counter(
+                "records_schema_migrations_total",
+                "MigrateSchema calls, by outcome (applied, unchanged, already_applied).",
+                ["outcome"],
+                registry=registry,
+            ),
+            schema_loads=Counter(
+                "records_schema_cache_loads_total",
+                "Workspace data models loaded into the cache (first use or newer version).",
+                registry=registry,
+            ),
+            outbox_pending=Gauge(
+                "records_outbox_pending",
+                "Outbox rows not yet published to JetStream (reported by the active relay).",
+                registry=registry,
+            ),
+            relay_lag=Gauge(
+                "records_outbox_relay_lag_seconds",
+                "Age of the oldest unpublished outbox row; 0 when none waits (active relay).",
+                registry=registry,
+            ),
+            published=Counter(
+                "records_outbox_published_total",
+                "Outbox rows published to JetStream and acknowledged.",
+                registry=registry,
+            ),
+            pruned=Counter(
+                "records_outbox_pruned_total",
+                "Published outbox rows deleted after OUTBOX_RETENTION.",
+                registry=registry,
+            ),
+            relay_active=Gauge(
+                "records_outbox_relay_active",
+                "1 in the replica whose relay holds the lock and publishes, 0 in standbys.",
+                registry=registry,
+            ),
+        )

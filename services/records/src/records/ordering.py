@@ -1,0 +1,193 @@
+"""Sort orders and keyset cursors.
+
+Order: the requested fields, then `id` as the tie breaker (in the direction of the last key).
+Nulls sort as if larger than every value (Postgres' default: ASC NULLS LAST, DESC NULLS FIRST),
+so reversing every direction reverses the order exactly, which backward paging relies on.
+
+A cursor is opaque base64url of JSON `[signature, [key values...], id]`; the signature names the
+order it was made for, so a cursor from another order (or a forged one) is InvalidArgument `after`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+from uuid import UUID
+
+import orjson
+
+from crm.common.v1 import common_pb2
+from crm.metadata.v1 import metadata_pb2 as md
+from crmkit.errors import InvalidArgument
+from records import values
+from records.model import FieldModel, ObjectModel
+from records.predicates import BIGINT, CASTS
+from records.sql import Params, quote
+
+MAX_SORT_KEYS = 8
+
+
+@dataclass(frozen=True)
+class SortKey:
+    name: str  # as requested ("createdAt", "amount", "company")
+    column: str  # physical column
+    kind: int  # value type for cursor parameters
+    descending: bool
+    nullable: bool
+
+
+@dataclass(frozen=True)
+class Order:
+    keys: tuple[SortKey, ...]  # always ends with id
+
+    @property
+    def signature(self) -> str:
+        return ",".join(f"{k.name}:{'D' if k.descending else 'A'}" for k in self.keys)
+
+    def reversed(self) -> Order:
+        return Order(tuple(SortKey(k.name, k.column, k.kind, not k.descending, k.nullable)
+                           for k in self.keys))  # fmt: skip
+
+    def sql(self, alias: str) -> str:
+        return ", ".join(
+            f"{alias}.{quote(k.column)} {'DESC' if k.descending else 'ASC'}" for k in self.keys
+        )
+
+
+def build_order(obj: ObjectModel, order_by: list[common_pb2.OrderBy]) -> Order:
+    if len(order_by) > MAX_SORT_KEYS:
+        raise InvalidArgument(f"at most {MAX_SORT_KEYS} orderBy fields", field="orderBy")
+    keys: list[SortKey] = []
+    seen: set[str] = set()
+    for entry in order_by:
+        item = obj.field(entry.field)
+        if item is None:
+            raise InvalidArgument(
+                f"orderBy: unknown field {entry.field!r} on {obj.name_singular}",
+                field=entry.field or "orderBy",
+            )
+        key = _sort_key(item, entry)
+        if key.column == "id":
+            break  # id is unique: nothing after it matters
+        if key.column in seen:
+            continue
+        seen.add(key.column)
+        keys.append(key)
+    last_desc = keys[-1].descending if keys else False
+    for entry in order_by:
+        if entry.field == "id":
+            last_desc = entry.direction == common_pb2.SORT_DIRECTION_DESC
+    keys.append(SortKey("id", "id", md.FIELD_TYPE_UUID, last_desc, False))
+    return Order(tuple(keys))
+
+
+def _sort_key(item: FieldModel, entry: common_pb2.OrderBy) -> SortKey:
+    descending = entry.direction == common_pb2.SORT_DIRECTION_DESC
+    if item.type == md.FIELD_TYPE_CURRENCY:
+        column = next(c.name for c in item.columns if c.part == "amountMicros")
+        return SortKey(entry.field, column, BIGINT, descending, True)
+    if not item.sortable or not item.columns:
+        raise InvalidArgument(
+            f"orderBy: {entry.field} cannot be sorted on", field=entry.field or "orderBy"
+        )
+    kind = md.FIELD_TYPE_UUID if item.is_many_to_one else item.type
+    nullable = not (item.is_system and item.name in ("id", "createdAt", "updatedAt"))
+    return SortKey(entry.field, item.column, kind, descending, nullable)
+
+
+# -- cursors ---------------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (date, UUID)):
+        return str(value)
+    return value
+
+
+def encode_cursor(order: Order, row_values: list[Any]) -> str:
+    """row_values: the sort key values of a row, id last."""
+    payload = orjson.dumps([order.signature, [_plain(v) for v in row_values]])
+    return base64.urlsafe_b64encode(payload).decode().rstrip("=")
+
+
+def decode_cursor(order: Order, cursor: str, field: str) -> list[Any]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        signature, row_values = orjson.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, TypeError, binascii.Error, orjson.JSONDecodeError):
+        raise InvalidArgument(f"{field}: invalid cursor", field=field) from None
+    if signature != order.signature or not isinstance(row_values, list):
+        raise InvalidArgument(f"{field}: cursor belongs to another order or query", field=field)
+    if len(row_values) != len(order.keys):
+        raise InvalidArgument(f"{field}: invalid cursor", field=field)
+    checked: list[Any] = []
+    for key, value in zip(order.keys, row_values, strict=True):
+        if value is None:
+            if not key.nullable:
+                raise InvalidArgument(f"{field}: invalid cursor", field=field)
+            checked.append(None)
+            continue
+        try:
+            checked.append(_cursor_value(key, value))
+        except InvalidArgument:
+            raise InvalidArgument(f"{field}: invalid cursor", field=field) from None
+    return checked
+
+
+def _cursor_value(key: SortKey, value: Any) -> Any:
+    if key.kind == BIGINT:
+        return values.parse_bigint(value, key.name)
+    if key.kind == md.FIELD_TYPE_DATE_TIME:
+        return values.parse_timestamp(value, key.name, truncate=False)
+    if key.kind == md.FIELD_TYPE_DATE:
+        return values.parse_date(value, key.name)
+    if key.kind == md.FIELD_TYPE_NUMBER:
+        return float(values.parse_number(value, key.name))
+    if key.kind == md.FIELD_TYPE_BOOLEAN:
+        return values.parse_boolean(value, key.name)
+    if key.kind in (md.FIELD_TYPE_UUID, md.FIELD_TYPE_RELATION):
+        return values.canonical_uuid(value, key.name)
+    return values.parse_string(value, key.name)
+
+
+def keyset_predicate(order: Order, alias: str, cursor_values: list[Any], params: Params) -> str:
+    """Rows strictly after the cursor in `order` (nulls count as the largest values)."""
+    placeholders = [
+        None if v is None else params.add(v, CASTS[k.kind])
+        for k, v in zip(order.keys, cursor_values, strict=True)
+    ]
+    columns = [f"{alias}.{quote(k.column)}" for k in order.keys]
+    uniform = len({k.descending for k in order.keys}) == 1
+    if (
+        uniform
+        and all(p is not None for p in placeholders)
+        and not any(k.nullable for k in order.keys)
+    ):
+        # Row comparison: one index range scan on (key, id).
+        op = "<" if order.keys[0].descending else ">"
+        return f"(({', '.join(columns)}) {op} ({', '.join(p for p in placeholders if p)}))"
+    alternatives = []
+    for i, key in enumerate(order.keys):
+        equal_prefix = [_equal(columns[j], placeholders[j]) for j in range(i)]
+        after = _after(columns[i], placeholders[i], key.descending, key.nullable)
+        if after == "FALSE":
+            continue
+        alternatives.append("(" + " AND ".join([*equal_prefix, after]) + ")")
+    return "(" + (" OR ".join(alternatives) or "FALSE") + ")"
+
+
+def _equal(column: str, placeholder: str | None) -> str:
+    return f"{column} IS NULL" if placeholder is None else f"{column} = {placeholder}"
+
+
+def _after(column: str, placeholder: str | None, descending: bool, nullable: bool) -> str:
+    if placeholder is None:  # null is the largest value
+        return f"{column} IS NOT NULL" if descending else "FALSE"
+    if descending:
+        return f"{column} < {placeholder}"
+    if not nullable:
+        return f"{column} > {placeholder}"
+    return f"({column} > {placeholder} OR {column} IS NULL)"

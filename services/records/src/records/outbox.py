@@ -1,0 +1,60 @@
+"""The event outbox: one row per changed record, written by the same statement as the change.
+
+`records.outbox` is read by the relay (`records.relay`), which publishes unpublished rows to
+JetStream, in sequence order per record, and sets `published_at`. Rows are inserted from a
+data-modifying CTE, so a batch of 1000 records writes 1000 outbox rows in the same round trip.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from crm.common.v1 import common_pb2
+from crmkit.telemetry import inject_headers
+from records.model import ObjectModel
+from records.sql import Params, literal
+
+CREATED, UPDATED, DELETED = "created", "updated", "deleted"
+WRITE, RESTORE, MERGE = "write", "restore", "merge"
+
+_KINDS = {
+    common_pb2.PRINCIPAL_KIND_USER: "user",
+    common_pb2.PRINCIPAL_KIND_API_KEY: "api_key",
+    common_pb2.PRINCIPAL_KIND_OAUTH: "oauth",
+    common_pb2.PRINCIPAL_KIND_PERSONAL_ACCESS_TOKEN: "personal_access_token",
+    common_pb2.PRINCIPAL_KIND_SYSTEM: "system",
+}
+
+
+def actor_kind(principal: common_pb2.Principal) -> str:
+    return _KINDS.get(principal.kind, "unspecified")
+
+
+def outbox_cte(
+    name: str,
+    source: str,
+    obj: ObjectModel,
+    principal: common_pb2.Principal,
+    params: Params,
+    *,
+    action: str,
+    cause: str,
+    changed: str = "'{}'::text[]",
+) -> str:
+    """`<name> AS (INSERT INTO records.outbox ...)` for every row of CTE `source`.
+
+    `source` must expose `id`, `after` (json) and `before` (json or NULL).
+    """
+    trace = orjson.dumps(inject_headers()).decode()
+    return (
+        f"{name} AS (INSERT INTO records.outbox (event_id, workspace_id, object, "
+        "object_metadata_id, record_id, action, cause, record, previous_record, changed_fields, "
+        "actor_kind, actor_user_id, actor_credential_id, actor_workflow_id, trace_context) "
+        f"SELECT gen_random_uuid(), {params.add(principal.workspace_id, 'uuid')}, "
+        f"{literal(obj.name_singular)}, {literal(obj.id)}::uuid, s.id, {literal(action)}, "
+        f"{literal(cause)}, s.after, s.before, {changed}, "
+        f"{params.add(actor_kind(principal), 'text')}, "
+        f"{params.add(principal.user_id, 'text')}, {params.add(principal.credential_id, 'text')}, "
+        f"{params.add(principal.workflow_id, 'text')}, {params.add(trace, 'text')}::jsonb "
+        f"FROM {source} s)"
+    )

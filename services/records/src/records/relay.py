@@ -1,0 +1,214 @@
+"""The outbox relay: publishes `records.outbox` rows to JetStream, in order per record, and marks
+them published.
+
+Every records replica runs it; one is active at a time. The active relay holds a session-level
+Postgres advisory lock on its own connection; the others retry the lock every second, so when
+the active process dies (its connection closes, the lock is released) another takes over. Rows
+are never lost: a row is marked published only after JetStream acknowledged it. With NATS down
+the rows wait (writes still succeed) and the relay retries with backoff; when NATS is back they
+flow, each record's events in sequence order (see `envelope.waves`). A row published but not yet
+marked when the process dies is published again; JetStream drops the copy inside its duplicate
+window (Nats-Msg-Id), and consumers dedupe on the event id beyond it.
+
+The relay wakes on `NOTIFY records_outbox` (a statement trigger on the outbox) and polls every
+second as a fallback. As it goes it updates the pending and lag gauges and prunes published
+rows older than the retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from typing import Any
+
+import asyncpg
+from nats.aio.client import Client as NatsClient
+from nats.js.client import JetStreamContext
+from nats.js.errors import NoStreamResponseError
+
+from crmkit.messaging import ensure_record_stream
+from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, message_of, waves
+from records.metrics import RecordsMetrics
+from records.settings import RecordsSettings
+
+log = logging.getLogger("records.relay")
+
+NOTIFY_CHANNEL = "records_outbox"
+LOCK_KEY = int.from_bytes(hashlib.sha256(b"records.outbox.relay").digest()[:8], "big", signed=True)
+_STANDBY_RETRY_SECONDS = 1.0
+_POLL_SECONDS = 1.0  # fallback when a notification is missed
+_GAUGE_SECONDS = 1.0
+_PRUNE_SECONDS = 60.0
+_PRUNE_CHUNK = 5000
+_MAX_BACKOFF_SECONDS = 5.0
+
+_FETCH = (
+    f"SELECT {OUTBOX_COLUMNS} FROM records.outbox WHERE published_at IS NULL "
+    "ORDER BY sequence LIMIT $1"
+)
+_MARK = "UPDATE records.outbox SET published_at = now() WHERE sequence = ANY($1::bigint[])"
+_BACKLOG = (
+    "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(occurred_at)), 0) "
+    "FROM records.outbox WHERE published_at IS NULL"
+)
+# Bounded work per round: among the oldest rows by sequence, those published before the cutoff.
+_PRUNE = (
+    "DELETE FROM records.outbox WHERE sequence IN (SELECT sequence FROM records.outbox "
+    "ORDER BY sequence LIMIT $1) AND published_at < now() - make_interval(secs => $2)"
+)
+
+
+class PublishFailed(Exception):
+    """Some messages of a wave were not acknowledged."""
+
+
+class OutboxRelay:
+    def __init__(
+        self, settings: RecordsSettings, nats: NatsClient, metrics: RecordsMetrics
+    ) -> None:
+        self._settings = settings
+        self._nats = nats
+        self._js: JetStreamContext = nats.jetstream()
+        self._metrics = metrics
+        self._wake = asyncio.Event()
+        self._stream_ready = False
+        self._next_gauges = 0.0
+        self._next_prune = 0.0
+
+    async def run(self) -> None:
+        """Forever: wait to become the active relay, then publish until the connection fails."""
+        while True:
+            connection: Any = None
+            try:
+                connection = await asyncpg.connect(
+                    self._settings.DATABASE_URL,
+                    # A mark lost in a database crash only republishes rows (deduped): no need
+                    # to wait for the WAL flush.
+                    server_settings={"application_name": "relay", "synchronous_commit": "off"},
+                )
+                if await connection.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY):
+                    log.info("outbox relay active")
+                    self._metrics.relay_active.set(1)
+                    await self._lead(connection)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("outbox relay lost its database connection: %s", exc)
+            finally:
+                self._metrics.relay_active.set(0)
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(connection.close(timeout=2))
+            await asyncio.sleep(_STANDBY_RETRY_SECONDS)
+
+    async def _lead(self, connection: Any) -> None:
+        await connection.add_listener(NOTIFY_CHANNEL, self._on_notify)
+        backoff = 0.0
+        while not connection.is_closed():
+            self._wake.clear()
+            await self._housekeeping(connection)
+            try:
+                published, more = await self._publish_round(connection)
+                backoff = 0.0
+            except PublishFailed as exc:
+                backoff = min(max(backoff * 2, 0.1), _MAX_BACKOFF_SECONDS)
+                log.warning("outbox publish failed, retrying in %.1fs: %s", backoff, exc)
+                await asyncio.sleep(backoff)
+                continue
+            if published:
+                self._metrics.published.inc(published)
+            if more:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), _POLL_SECONDS)
+
+    def _on_notify(self, *_: object) -> None:
+        self._wake.set()
+
+    async def _publish_round(self, connection: Any) -> tuple[int, bool]:
+        """Publish one batch; returns (rows published, whether more rows may be waiting)."""
+        if not self._nats.is_connected:
+            raise PublishFailed("NATS is not connected")
+        batch = self._settings.OUTBOX_RELAY_BATCH_SIZE
+        rows = await connection.fetch(_FETCH, batch)
+        if not rows:
+            return 0, False
+        if not self._stream_ready:
+            await self._ensure_stream()
+        max_payload = self._nats.max_payload
+        messages = [message_of(OutboxRow.of(tuple(row)), max_payload) for row in rows]
+        acknowledged: list[int] = []
+        failure: PublishFailed | None = None
+        for wave in waves(messages):
+            done, failed = await self._publish_wave(wave)
+            acknowledged.extend(done)
+            if failed:
+                failure = PublishFailed(failed)
+                break
+        if acknowledged:
+            await connection.execute(_MARK, acknowledged)
+        if failure is not None:
+            if acknowledged:
+                self._metrics.published.inc(len(acknowledged))
+            raise failure
+        return len(acknowledged), len(rows) == batch
+
+    async def _publish_wave(self, wave: list[Message]) -> tuple[list[int], str]:
+        """Sequences acknowledged, and why the others were not ("" when all were)."""
+        futures: list[tuple[Message, asyncio.Future[Any]]] = []
+        error = ""
+        for message in wave:
+            try:
+                future = await self._js.publish_async(
+                    message.subject,
+                    message.payload,
+                    headers=dict(message.headers),
+                    wait_stall=self._settings.OUTBOX_PUBLISH_TIMEOUT,
+                )
+            except Exception as exc:  # any client error: retry the rest later
+                error = f"publish: {type(exc).__name__}: {exc}"
+                break
+            futures.append((message, future))
+        if futures:
+            await asyncio.wait(
+                [future for _, future in futures], timeout=self._settings.OUTBOX_PUBLISH_TIMEOUT
+            )
+        acknowledged: list[int] = []
+        for message, future in futures:
+            if not future.done():
+                future.cancel()
+                error = error or "no acknowledgement in time"
+            elif future.cancelled() or future.exception() is not None:
+                problem = None if future.cancelled() else future.exception()
+                error = error or f"ack: {type(problem).__name__}: {problem}"
+                if isinstance(problem, NoStreamResponseError):
+                    self._stream_ready = False  # the stream is gone: create it again
+            else:
+                acknowledged.append(message.sequence)
+        return acknowledged, error
+
+    async def _ensure_stream(self) -> None:
+        try:
+            await ensure_record_stream(self._js)
+        except Exception as exc:  # NATS away or not ready: the round retries
+            raise PublishFailed(f"stream: {type(exc).__name__}: {exc}") from None
+        self._stream_ready = True
+
+    async def _housekeeping(self, connection: Any) -> None:
+        now = time.monotonic()
+        if now >= self._next_gauges:
+            self._next_gauges = now + _GAUGE_SECONDS
+            pending, lag = await connection.fetchrow(_BACKLOG)
+            self._metrics.outbox_pending.set(pending)
+            self._metrics.relay_lag.set(float(lag))
+        if now >= self._next_prune:
+            self._next_prune = now + _PRUNE_SECONDS
+            retention = float(self._settings.OUTBOX_RETENTION)
+            while True:
+                status = await connection.execute(_PRUNE, _PRUNE_CHUNK, retention)
+                deleted = int(status.split()[-1])
+                if deleted:
+                    self._metrics.pruned.inc(deleted)
+                if deleted < _PRUNE_CHUNK:
+                    break

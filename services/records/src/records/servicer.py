@@ -1,0 +1,275 @@
+"""gRPC servicer of the records service: authenticate, authorize, delegate to the SQL modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from crm.common.v1 import common_pb2
+from crm.records.v1 import records_pb2, records_pb2_grpc
+from crmkit import authz
+from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
+from crmkit.principal import PrincipalCodec
+from records import aggregates, inputs, migrator, reads, writes
+from records.cache import SchemaCache
+from records.context import RequestContext
+from records.metrics import RecordsMetrics
+from records.model import ObjectModel
+
+Context = Any  # grpc.aio.ServicerContext (grpc is untyped)
+
+
+def _json(payload: bytes, field: str = "data") -> Any:
+    if not payload:
+        raise InvalidArgument(f"{field}: a JSON body is required", field=field)
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise InvalidArgument(f"{field}: malformed JSON", field=field) from None
+
+
+def _require_filter(request: Any) -> common_pb2.Filter:
+    if not request.HasField("filter") or request.filter.WhichOneof("node") is None:
+        raise InvalidArgument("a filter is required (an empty filter is refused)", field="filter")
+    node: common_pb2.Filter = request.filter
+    return node
+
+
+class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
+    def __init__(
+        self, pool: Any, cache: SchemaCache, principals: PrincipalCodec, metrics: RecordsMetrics
+    ) -> None:
+        self._pool = pool
+        self._metrics = metrics
+        self._cache = cache
+        self._principals = principals
+        self._ids = inputs.RecordIds()
+
+    async def _context(
+        self, context: Context, ref: records_pb2.ObjectRef, action: int
+    ) -> tuple[RequestContext, ObjectModel, authz.Access]:
+        principal = self._principals.require(context)
+        model = await self._cache.get(principal.workspace_id, ref.metadata_version)
+        ctx = RequestContext(principal, model)
+        obj = ctx.object(ref.object)
+        return ctx, obj, ctx.require(obj, action)
+
+    # -- schema ----------------------------------------------------------------------------------
+    async def MigrateSchema(  # noqa: N802
+        self, request: records_pb2.MigrateSchemaRequest, context: Context
+    ) -> records_pb2.MigrateSchemaResponse:
+        principal = self._principals.require(context)
+        authz.require_flag(principal, common_pb2.FLAG_DATA_MODEL)
+        if request.schema.workspace_id != principal.workspace_id:
+            raise PermissionDenied("the schema belongs to another workspace")
+        result = await migrator.migrate(self._pool, request.change_id, request.schema)
+        outcome = "already_applied" if result.already_applied else "applied"
+        if not result.already_applied and not result.statements:
+            outcome = "unchanged"
+        self._metrics.migrations.labels(outcome).inc()
+        if result.model is not None:
+            self._cache.put(result.model)
+        return records_pb2.MigrateSchemaResponse(
+            applied_version=result.applied_version,
+            already_applied=result.already_applied,
+            statements=result.statements,
+        )
+
+    async def GetSchemaVersion(  # noqa: N802
+        self, request: records_pb2.GetSchemaVersionRequest, context: Context
+    ) -> records_pb2.GetSchemaVersionResponse:
+        principal = self._principals.require(context)
+        workspace_id = request.workspace_id or principal.workspace_id
+        if workspace_id != principal.workspace_id:
+            raise PermissionDenied("another workspace")
+        version, change_id = await migrator.applied_version(self._pool, workspace_id)
+        return records_pb2.GetSchemaVersionResponse(applied_version=version, change_id=change_id)
+
+    # -- create ----------------------------------------------------------------------------------
+    async def CreateRecord(  # noqa: N802
+        self, request: records_pb2.CreateRecordRequest, context: Context
+    ) -> records_pb2.RecordResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
+        names = reads.check_fields(obj, list(request.fields))
+        prepared = inputs.prepare_create(obj, _json(request.data_json), "", access, self._ids)
+        async with self._pool.acquire() as connection:
+            written = await writes.create(connection, ctx, obj, [prepared], names)
+        return records_pb2.RecordResponse(record_json=written[0].record_json.encode())
+
+    async def CreateRecords(  # noqa: N802
+        self, request: records_pb2.CreateRecordsRequest, context: Context
+    ) -> records_pb2.RecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
+        names = reads.check_fields(obj, list(request.fields))
+        batch = inputs.prepare_batch(obj, _json(request.data_json), access, self._ids)
+        async with self._pool.acquire() as connection:
+            written = await writes.create(connection, ctx, obj, batch, names)
+        return records_pb2.RecordsResponse(
+            records_json=reads.json_array(item.record_json for item in written)
+        )
+
+    # -- read ------------------------------------------------------------------------------------
+    async def GetRecord(  # noqa: N802
+        self, request: records_pb2.GetRecordRequest, context: Context
+    ) -> records_pb2.RecordResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        names = reads.check_fields(obj, list(request.fields))
+        depth = reads.check_depth(request.depth)
+        async with self._pool.acquire() as connection:
+            found = await reads.get_record(
+                connection, ctx, obj, access, request.id, names, depth, request.deleted
+            )
+        return records_pb2.RecordResponse(record_json=found.encode())
+
+    async def GetRecordsByIds(  # noqa: N802
+        self, request: records_pb2.GetRecordsByIdsRequest, context: Context
+    ) -> records_pb2.RecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        names = reads.check_fields(obj, list(request.fields))
+        async with self._pool.acquire() as connection:
+            found = await reads.get_by_ids(
+                connection, ctx, obj, access, list(request.ids), names, request.deleted
+            )
+        return records_pb2.RecordsResponse(records_json=found)
+
+    async def ListRecords(  # noqa: N802
+        self, request: records_pb2.ListRecordsRequest, context: Context
+    ) -> records_pb2.ListRecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        async with self._pool.acquire() as connection:
+            page = await reads.list_records(connection, ctx, obj, access, request)
+        return records_pb2.ListRecordsResponse(
+            records_json=page.records_json,
+            cursors=page.cursors,
+            page_info=page.page_info,
+            total_count=page.total_count,
+        )
+
+    async def ListRelated(  # noqa: N802
+        self, request: records_pb2.ListRelatedRequest, context: Context
+    ) -> records_pb2.ListRelatedResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        async with self._pool.acquire() as connection:
+            groups = await reads.list_related(connection, ctx, obj, access, request)
+        return records_pb2.ListRelatedResponse(groups=groups)
+
+    # -- update ----------------------------------------------------------------------------------
+    async def UpdateRecord(  # noqa: N802
+        self, request: records_pb2.UpdateRecordRequest, context: Context
+    ) -> records_pb2.RecordResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
+        names = reads.check_fields(obj, list(request.fields))
+        prepared = inputs.prepare_update(obj, _json(request.data_json), access)
+        async with self._pool.acquire() as connection:
+            written = await writes.update(
+                connection, ctx, obj, access, prepared, names, record_id=request.id
+            )
+        return records_pb2.RecordResponse(
+            record_json=written[0].record_json.encode(),
+            changed_fields=written[0].changed_fields,
+        )
+
+    async def UpdateRecords(  # noqa: N802
+        self, request: records_pb2.UpdateRecordsRequest, context: Context
+    ) -> records_pb2.RecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
+        node = _require_filter(request)
+        names = reads.check_fields(obj, list(request.fields))
+        prepared = inputs.prepare_update(obj, _json(request.data_json), access)
+        async with self._pool.acquire() as connection:
+            written = await writes.update(connection, ctx, obj, access, prepared, names, node=node)
+        return records_pb2.RecordsResponse(
+            records_json=reads.json_array(item.record_json for item in written)
+        )
+
+    # -- delete and restore ----------------------------------------------------------------------
+    async def DeleteRecord(  # noqa: N802
+        self, request: records_pb2.DeleteRecordRequest, context: Context
+    ) -> records_pb2.RecordResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.DELETE)
+        async with self._pool.acquire() as connection:
+            written = await writes.set_deleted(
+                connection, ctx, obj, access, deleted=True, record_id=request.id
+            )
+        if not written:
+            raise _not_found(obj, request.id)
+        return records_pb2.RecordResponse(
+            record_json=written[0].record_json.encode(), changed_fields=["deletedAt"]
+        )
+
+    async def DeleteRecords(  # noqa: N802
+        self, request: records_pb2.DeleteRecordsRequest, context: Context
+    ) -> records_pb2.RecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.DELETE)
+        node = _require_filter(request)
+        async with self._pool.acquire() as connection:
+            written = await writes.set_deleted(
+                connection, ctx, obj, access, deleted=True, node=node
+            )
+        return records_pb2.RecordsResponse(
+            records_json=reads.json_array(item.record_json for item in written)
+        )
+
+    async def RestoreRecord(  # noqa: N802
+        self, request: records_pb2.RestoreRecordRequest, context: Context
+    ) -> records_pb2.RecordResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.DELETE)
+        async with self._pool.acquire() as connection:
+            written = await writes.set_deleted(
+                connection, ctx, obj, access, deleted=False, record_id=request.id
+            )
+            if written:
+                return records_pb2.RecordResponse(
+                    record_json=written[0].record_json.encode(), changed_fields=["deletedAt"]
+                )
+            # Restoring an active record changes nothing and answers it as it is.
+            found = await reads.get_record(connection, ctx, obj, access, request.id, (), 0, 0)
+        return records_pb2.RecordResponse(record_json=found.encode())
+
+    # -- aggregates, duplicates, merge -----------------------------------------------------------
+    async def AggregateRecords(  # noqa: N802
+        self, request: records_pb2.AggregateRecordsRequest, context: Context
+    ) -> records_pb2.AggregateRecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        async with self._pool.acquire() as connection:
+            result = await aggregates.aggregate(connection, ctx, obj, access, request)
+        return records_pb2.AggregateRecordsResponse(result_json=result)
+
+    async def GroupRecords(  # noqa: N802
+        self, request: records_pb2.GroupRecordsRequest, context: Context
+    ) -> records_pb2.GroupRecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        async with self._pool.acquire() as connection:
+            groups = await aggregates.group(connection, ctx, obj, access, request)
+        return records_pb2.GroupRecordsResponse(groups_json=groups)
+
+    async def FindDuplicates(  # noqa: N802
+        self, request: records_pb2.FindDuplicatesRequest, context: Context
+    ) -> records_pb2.ListRecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        data = _json(request.data_json)
+        async with self._pool.acquire() as connection:
+            page = await aggregates.duplicates(connection, ctx, obj, access, request, data)
+        return records_pb2.ListRecordsResponse(
+            records_json=page.records_json, cursors=page.cursors, page_info=page.page_info
+        )
+
+    async def MergeRecords(  # noqa: N802
+        self, request: records_pb2.MergeRecordsRequest, context: Context
+    ) -> records_pb2.MergeRecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
+        ctx.require(obj, authz.DELETE)
+        async with self._pool.acquire() as connection, connection.transaction():
+            merged = await writes.merge(
+                connection, ctx, obj, access, request.source_id, request.target_id
+            )
+        return records_pb2.MergeRecordsResponse(
+            record_json=merged.target.encode(),
+            source_record_json=merged.source.encode(),
+            relations_repointed=merged.repointed,
+        )
+
+
+def _not_found(obj: ObjectModel, record_id: str) -> NotFound:
+    return NotFound(f"{obj.name_singular} {record_id} not found", field="id")

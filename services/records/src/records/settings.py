@@ -1,0 +1,20 @@
+"""Settings of the records service, read once at start."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from crmkit.settings import DatabaseSettings, Duration, GrpcServiceSettings, NatsSettings
+
+
+class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
+    # Prepared statements kept per connection (one per table, version and query shape).
+    DB_STATEMENT_CACHE_SIZE: int = Field(default=1024, ge=0)
+    # Workspaces whose compiled data model is kept in memory.
+    SCHEMA_CACHE_SIZE: int = Field(default=2000, ge=1)
+    # Outbox rows the relay reads and publishes per round.
+    OUTBOX_RELAY_BATCH_SIZE: int = Field(default=500, ge=1, le=4000)
+    # Seconds the relay waits for JetStream to acknowledge a round before retrying it.
+    OUTBOX_PUBLISH_TIMEOUT: float = Field(default=5.0, gt=0)
+    # How long published outbox rows are kept (for inspection) before the relay deletes them.
+    OUTBOX_RETENTION: Duration = Field(default=7 * 24 * 3600, ge=0)

@@ -1,0 +1,325 @@
+"""Write statements. Each is one SQL statement (data-modifying CTEs) that changes the rows and
+writes their outbox rows, returning the records as JSON built by Postgres."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from crm.common.v1 import common_pb2
+from crmkit.authz import Access
+from crmkit.errors import AlreadyExists, InvalidArgument, NotFound
+from records import outbox
+from records.context import RequestContext
+from records.ddl import foreign_key_name, index_name
+from records.inputs import Prepared
+from records.model import FieldModel, ObjectModel
+from records.reads import joined, parse_id, where_clause
+from records.sql import Params, quote
+
+NOW = "date_trunc('milliseconds', now())"
+_CHANGED = (
+    "ARRAY(SELECT a.key FROM jsonb_each(s.after::jsonb) a WHERE a.key <> 'updatedAt' "
+    "AND a.value IS DISTINCT FROM (s.before::jsonb -> a.key))"
+)
+
+
+@dataclass
+class Written:
+    id: str
+    record_json: str
+    changed_fields: list[str]
+
+
+def _recordset(obj: ObjectModel, columns: Sequence[str]) -> str:
+    types = {c.name: c.sql_type for item in obj.stored_fields for c in item.columns}
+    return ", ".join(f"{quote(name)} {types[name]}" for name in columns)
+
+
+def _insert_columns(obj: ObjectModel) -> list[str]:
+    return [column.name for item in obj.writable_fields for column in item.columns]
+
+
+async def create(
+    connection: Any,
+    ctx: RequestContext,
+    obj: ObjectModel,
+    rows: list[Prepared],
+    names: tuple[str, ...],
+) -> list[Written]:
+    """Insert `rows` (all or nothing) and their outbox rows; records in input order."""
+    if not rows:
+        return []
+    columns = _insert_columns(obj)
+    params = Params()
+    payload = params.add([row.columns for row in rows], "json")
+    column_list = ", ".join(quote(c) for c in columns)
+    shown = obj.json_expression("t", names) if names else "NULL::json"
+    sql = (
+        f'WITH ins AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
+        f"SELECT {column_list}, {NOW}, {NOW} "
+        f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
+        f"RETURNING t.id, {obj.json_expression('t')} AS after, NULL::json AS before, "
+        f"{shown} AS shown), "
+        + outbox.outbox_cte(
+            "ob", "ins", obj, ctx.principal, params, action=outbox.CREATED, cause=outbox.WRITE
+        )
+        + " SELECT s.id::text, coalesce(s.shown, s.after)::text FROM ins s"
+    )  # fmt: skip
+    found = await _run(connection, sql, params, obj, rows)
+    by_id = {row[0]: row[1] for row in found}
+    return [Written(row.columns["id"], by_id[row.columns["id"]], []) for row in rows]
+
+
+async def _run(
+    connection: Any, sql: str, params: Params, obj: ObjectModel, rows: list[Prepared] | None
+) -> list[Any]:
+    try:
+        return list(await connection.fetch(sql, *params.values))
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise _foreign_key_error(exc, obj, rows) from None
+    except asyncpg.UniqueViolationError as exc:
+        raise _unique_error(exc, obj, rows) from None
+
+
+def _field_for_constraint(obj: ObjectModel, name: str) -> FieldModel | None:
+    for item in obj.stored_fields:
+        if name in (foreign_key_name(item), index_name("uq", obj.id, item.id)):
+            return item
+    return None
+
+
+def _row_index(rows: list[Prepared] | None, item: FieldModel | None, detail: str) -> int | None:
+    if not rows or item is None:
+        return None
+    for i, row in enumerate(rows):
+        value = row.columns.get(item.columns[0].name)
+        if value is not None and f"=({value})" in detail:
+            return i
+    return None
+
+
+def _field_path(
+    rows: list[Prepared] | None, item: FieldModel | None, name: str, detail: str
+) -> str:
+    index = _row_index(rows, item, detail) if rows and len(rows) > 1 else None
+    return f"[{index}].{name}" if index is not None else name
+
+
+def _foreign_key_error(
+    exc: asyncpg.ForeignKeyViolationError, obj: ObjectModel, rows: list[Prepared] | None
+) -> InvalidArgument:
+    item = _field_for_constraint(obj, exc.constraint_name or "")
+    name = item.name if item is not None else "relation"
+    path = _field_path(rows, item, name, exc.detail or "")
+    return InvalidArgument(f"{path}: the related record does not exist", field=path)
+
+
+def _unique_error(
+    exc: asyncpg.UniqueViolationError, obj: ObjectModel, rows: list[Prepared] | None
+) -> AlreadyExists:
+    constraint = exc.constraint_name or ""
+    item = _field_for_constraint(obj, constraint)
+    if item is None:
+        item = obj.field("id")
+    name = item.name if item is not None else "id"
+    path = _field_path(rows, item, name, exc.detail or "")
+    return AlreadyExists(
+        f"{path}: a {obj.name_singular} with this {name} already exists", field=path
+    )
+
+
+def _target_cte(obj: ObjectModel, where: list[str], lock: bool = True) -> str:
+    return (
+        f"target AS (SELECT t.id, {obj.json_expression('t')} AS before FROM {obj.table} t "
+        f"WHERE {joined(where)}{' FOR UPDATE' if lock else ''})"
+    )
+
+
+def _set_list(prepared: Prepared) -> str:
+    return ", ".join(f"{quote(c)} = x.{quote(c)}" for c in prepared.columns)
+
+
+async def update(
+    connection: Any,
+    ctx: RequestContext,
+    obj: ObjectModel,
+    access: Access,
+    prepared: Prepared,
+    names: tuple[str, ...],
+    *,
+    record_id: str | None = None,
+    node: common_pb2.Filter | None = None,
+) -> list[Written]:
+    """Apply `prepared` to one record (by id) or to every record matching `node`."""
+    params = Params()
+    where: list[str] = []
+    if record_id is not None:
+        where.append(f"t.id = {params.add(parse_id(record_id), 'uuid')}")
+    where += where_clause(ctx, obj, "t", access, params, node=node)
+    shown = obj.json_expression("t", names) if names else "NULL::json"
+    sets = [f'"updatedAt" = {NOW}']
+    source = ""
+    if prepared.columns:
+        payload = params.add(prepared.columns, "json")
+        sets.insert(0, _set_list(prepared))
+        columns = list(prepared.columns)
+        source = f", json_to_record({payload}) AS x({_recordset(obj, columns)})"
+    sql = (
+        f"WITH {_target_cte(obj, where)}, "
+        f"upd AS (UPDATE {obj.table} AS t SET {', '.join(sets)} FROM target o{source} "
+        f"WHERE t.id = o.id RETURNING t.id, {obj.json_expression('t')} AS after, o.before, "
+        f"{shown} AS shown), "
+        f"chg AS (SELECT s.*, {_CHANGED} AS changed FROM upd s), "
+        + outbox.outbox_cte("ob", "chg", obj, ctx.principal, params,
+                            action=outbox.UPDATED, cause=outbox.WRITE, changed="s.changed")
+        + " SELECT s.id::text, coalesce(s.shown, s.after)::text, s.changed FROM chg s"
+    )  # fmt: skip
+    rows = await _run(connection, sql, params, obj, None)
+    if record_id is not None and not rows:
+        raise NotFound(f"{obj.name_singular} {record_id} not found", field="id")
+    return [Written(row[0], row[1], list(row[2])) for row in rows]
+
+
+async def set_deleted(
+    connection: Any,
+    ctx: RequestContext,
+    obj: ObjectModel,
+    access: Access,
+    *,
+    deleted: bool,
+    record_id: str | None = None,
+    node: common_pb2.Filter | None = None,
+    cause: str = outbox.WRITE,
+) -> list[Written]:
+    """Soft delete (deleted=True) or restore rows: by id, or every row matching `node`."""
+    params = Params()
+    where: list[str] = []
+    if record_id is not None:
+        where.append(f"t.id = {params.add(parse_id(record_id), 'uuid')}")
+    where += where_clause(ctx, obj, "t", access, params, node=node, scope=2 if not deleted else 0)
+    if node is not None and deleted:
+        where.append('t."deletedAt" IS NULL')
+    value = NOW if deleted else "NULL"
+    action = outbox.DELETED if deleted else outbox.UPDATED
+    if not deleted:
+        cause = outbox.RESTORE if cause == outbox.WRITE else cause
+    sql = (
+        f"WITH {_target_cte(obj, where)}, "
+        f"upd AS (UPDATE {obj.table} AS t SET \"deletedAt\" = {value} FROM target o "
+        f"WHERE t.id = o.id RETURNING t.id, {obj.json_expression('t')} AS after, o.before), "
+        + outbox.outbox_cte("ob", "upd", obj, ctx.principal, params, action=action, cause=cause,
+                            changed="ARRAY['deletedAt']")
+        + " SELECT s.id::text, s.after::text FROM upd s"
+    )  # fmt: skip
+    rows = await _run(connection, sql, params, obj, None)
+    return [Written(row[0], row[1], ["deletedAt"]) for row in rows]
+
+
+@dataclass
+class Merged:
+    target: str
+    source: str
+    repointed: int
+
+
+def _fill_from_source(obj: ObjectModel) -> str:
+    """SET list: the target keeps its values; where a field is empty, the source's fills it."""
+    sets = []
+    for item in obj.writable_fields:
+        if item.name == "id":
+            continue
+        if len(item.columns) > 1:
+            empty = " AND ".join(f"t.{quote(c.name)} IS NULL" for c in item.columns)
+            for column in item.columns:
+                name = quote(column.name)
+                sets.append(f"{name} = CASE WHEN {empty} THEN src.{name} ELSE t.{name} END")
+            continue
+        name = quote(item.column)
+        sets.append(f"{name} = COALESCE(t.{name}, src.{name})")
+    return ", ".join([*sets, f'"updatedAt" = {NOW}'])
+
+
+async def merge(
+    connection: Any,
+    ctx: RequestContext,
+    obj: ObjectModel,
+    access: Access,
+    source_id: str,
+    target_id: str,
+) -> Merged:
+    """In one transaction: soft-delete the source, fill the target's empty fields from it, and
+    repoint every many-to-one relation that pointed at the source to the target."""
+    source = parse_id(source_id, "sourceId")
+    target = parse_id(target_id, "targetId")
+    if source == target:
+        raise InvalidArgument("sourceId and targetId must differ", field="sourceId")
+    params = Params()
+    where = [f"t.id = ANY({params.add([source, target], 'uuid[]')})"]
+    where += where_clause(ctx, obj, "t", access, params)
+    locked = await connection.fetch(
+        f"SELECT t.id::text FROM {obj.table} t WHERE {joined(where)} ORDER BY t.id FOR UPDATE",
+        *params.values,
+    )
+    present = {row[0] for row in locked}
+    for value, field in ((source, "sourceId"), (target, "targetId")):
+        if value not in present:
+            raise NotFound(f"{obj.name_singular} {value} not found", field=field)
+    deleted = await set_deleted(
+        connection, ctx, obj, access, deleted=True, record_id=source, cause=outbox.MERGE
+    )
+    params = Params()
+    src = params.add(source, "uuid")
+    where = [f"t.id = {params.add(target, 'uuid')}"]
+    sql = (
+        f"WITH {_target_cte(obj, where)}, "
+        f"upd AS (UPDATE {obj.table} AS t SET {_fill_from_source(obj)} "
+        f"FROM target o, {obj.table} src WHERE t.id = o.id AND src.id = {src} "
+        f"RETURNING t.id, {obj.json_expression('t')} AS after, o.before), "
+        f"chg AS (SELECT s.*, {_CHANGED} AS changed FROM upd s), "
+        + outbox.outbox_cte("ob", "chg", obj, ctx.principal, params, action=outbox.UPDATED,
+                            cause=outbox.MERGE, changed="s.changed")
+        + " SELECT s.after::text FROM chg s"
+    )  # fmt: skip
+    merged = await _run(connection, sql, params, obj, None)
+    repointed = 0
+    for reference in ctx.model.references_to(obj):
+        holder = ctx.model.by_id(reference.object_id)
+        if holder is None:
+            continue
+        repointed += await _repoint(connection, ctx, holder, reference.field, source, target)
+    return Merged(merged[0][0], deleted[0].record_json, repointed)
+
+
+async def _repoint(
+    connection: Any,
+    ctx: RequestContext,
+    holder: ObjectModel,
+    relation: FieldModel,
+    source: str,
+    target: str,
+) -> int:
+    params = Params()
+    column = quote(relation.column)
+    where = [f"t.{column} = {params.add(source, 'uuid')}"]
+    if relation.target_object_id == holder.id:
+        where.append(f"t.id <> {params.add(target, 'uuid')}")
+    new = params.add(target, "uuid")
+    sql = (
+        f"WITH {_target_cte(holder, where)}, "
+        f"upd AS (UPDATE {holder.table} AS t SET {column} = {new}, \"updatedAt\" = {NOW} "
+        f"FROM target o WHERE t.id = o.id "
+        f"RETURNING t.id, {holder.json_expression('t')} AS after, o.before), "
+        + outbox.outbox_cte("ob", "upd", holder, ctx.principal, params, action=outbox.UPDATED,
+                            cause=outbox.MERGE, changed=f"ARRAY[{_text(relation.key)}]")
+        + " SELECT count(*) FROM upd"
+    )  # fmt: skip
+    count: int = await connection.fetchval(sql, *params.values)
+    return count
+
+
+def _text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"

@@ -1,0 +1,202 @@
+"""Pure logic of the records service: DDL planning, cursors, values, inputs, predicates."""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+import pytest
+
+from crm.common.v1 import common_pb2
+from crm.metadata.v1 import metadata_pb2 as md
+from crmkit.authz import Access
+from crmkit.errors import InvalidArgument, PermissionDenied
+from records import ddl, inputs, ordering, values
+from records.model import WorkspaceModel
+from records.predicates import PredicateCompiler, like_pattern
+from records.sql import Params, quote
+
+WS = "11111111-2222-4333-8444-555555555555"
+
+
+def field(name: str, field_type: md.FieldType) -> md.FieldMetadata:
+    return md.FieldMetadata(
+        id=str(uuid.uuid4()), name=name, type=field_type, is_active=True, is_nullable=True
+    )
+
+
+def schema(*, company_name: str = "company", extra: list[md.FieldMetadata] | None = None,
+           ids: tuple[str, str] = ("", "")) -> md.WorkspaceSchema:  # fmt: skip
+    company_id = ids[0] or "aaaaaaaa-0000-4000-8000-000000000001"
+    person_id = ids[1] or "aaaaaaaa-0000-4000-8000-000000000002"
+    relation = md.FieldMetadata(
+        id="bbbbbbbb-0000-4000-8000-000000000001", name="company", type=md.FIELD_TYPE_RELATION,
+        is_active=True, is_nullable=True,
+        relation=md.RelationSettings(kind=md.RELATION_KIND_MANY_TO_ONE,
+                                     target_object_metadata_id=company_id,
+                                     inverse_field_name="people"),
+    )  # fmt: skip
+    person = md.ObjectMetadata(
+        id=person_id, name_singular="person", name_plural="people", is_active=True,
+        fields=[
+            md.FieldMetadata(id="bbbbbbbb-0000-4000-8000-000000000002", name="firstName",
+                             type=md.FIELD_TYPE_TEXT, is_active=True, is_nullable=True),
+            md.FieldMetadata(id="bbbbbbbb-0000-4000-8000-000000000003", name="salary",
+                             type=md.FIELD_TYPE_CURRENCY, is_active=True, is_nullable=True),
+            relation, *(extra or []),
+        ],
+    )  # fmt: skip
+    company = md.ObjectMetadata(
+        id=company_id, name_singular=company_name, name_plural=company_name + "s", is_active=True,
+        fields=[md.FieldMetadata(id="bbbbbbbb-0000-4000-8000-000000000004", name="name",
+                                 type=md.FIELD_TYPE_TEXT, is_active=True, is_nullable=False)],
+    )  # fmt: skip
+    return md.WorkspaceSchema(workspace_id=WS, version=1, objects=[person, company])
+
+
+def test_plan_creates_schema_tables_indexes_and_foreign_keys() -> None:
+    model = WorkspaceModel.from_proto(schema())
+    statements = ddl.plan(model.schema, ddl.Catalog(), model)
+    assert statements[0].startswith("CREATE SCHEMA")
+    text = "\n".join(statements)
+    assert 'CREATE TABLE "ws_11111111222243338444555555555555"."person"' in text
+    assert '"salaryAmountMicros" bigint' in text
+    assert '"salaryCurrencyCode" text' in text
+    assert '"companyId" uuid' in text
+    assert 'FOREIGN KEY ("companyId")' in text
+    assert text.count("CREATE INDEX") >= 6
+
+
+def test_plan_is_empty_once_applied_and_detects_renames() -> None:
+    model = WorkspaceModel.from_proto(schema())
+    catalog = ddl.Catalog()
+    ddl.plan(model.schema, catalog, model)  # the planner updates the catalog it is given
+    catalog.exists = True
+    assert ddl.plan(model.schema, catalog, model) == []
+    renamed = WorkspaceModel.from_proto(schema(company_name="organization"))
+    statements = ddl.plan(renamed.schema, catalog, renamed)
+    assert statements == [
+        'ALTER TABLE "ws_11111111222243338444555555555555"."company" RENAME TO "organization"'
+    ]
+
+
+def test_plan_moves_a_leftover_column_aside_instead_of_reusing_it() -> None:
+    leftover = field("nickname", md.FIELD_TYPE_NUMBER)
+    model = WorkspaceModel.from_proto(schema(extra=[leftover]))
+    catalog = ddl.Catalog()
+    ddl.plan(model.schema, catalog, model)
+    catalog.exists = True
+    again = WorkspaceModel.from_proto(schema(extra=[field("nickname", md.FIELD_TYPE_TEXT)]))
+    statements = ddl.plan(again.schema, catalog, again)
+    assert 'RENAME COLUMN "nickname" TO "_orphan_nickname_' in statements[0]
+    assert 'ADD COLUMN "nickname" text' in statements[1]
+
+
+def test_unsafe_identifiers_are_refused() -> None:
+    with pytest.raises(ValueError, match="unsafe"):
+        quote('x"; DROP TABLE y; --')
+
+
+def test_cursor_round_trip_and_signature_check() -> None:
+    obj = WorkspaceModel.from_proto(schema()).object("person")
+    assert obj is not None
+    order = ordering.build_order(
+        obj, [common_pb2.OrderBy(field="firstName", direction=common_pb2.SORT_DIRECTION_DESC)]
+    )
+    assert [k.column for k in order.keys] == ["firstName", "id"]
+    assert order.keys[-1].descending
+    cursor = ordering.encode_cursor(order, ["Ada", uuid.UUID(WS)])
+    assert ordering.decode_cursor(order, cursor, "after") == ["Ada", WS]
+    other = ordering.build_order(obj, [])
+    with pytest.raises(InvalidArgument) as caught:
+        ordering.decode_cursor(other, cursor, "after")
+    assert caught.value.field == "after"
+
+
+def test_keyset_predicate_treats_nulls_as_largest() -> None:
+    obj = WorkspaceModel.from_proto(schema()).object("person")
+    assert obj is not None
+    order = ordering.build_order(obj, [common_pb2.OrderBy(field="firstName")])
+    params = Params()
+    sql = ordering.keyset_predicate(order, "t", ["Ada", WS], params)
+    assert 't."firstName" IS NULL' in sql
+    assert params.values == ["Ada", WS]
+    after_null = ordering.keyset_predicate(order, "t", [None, WS], Params())
+    assert after_null == '((t."firstName" IS NULL AND t."id" > $1::uuid))'
+
+
+def test_values_are_canonical() -> None:
+    assert values.parse_timestamp("2026-01-02T03:04:05.678901+01:00", "x") == (
+        "2026-01-02T02:04:05.678Z"
+    )
+    assert values.parse_timestamp("2026-01-02", "x") == "2026-01-02T00:00:00.000Z"
+    assert values.parse_date("2026-01-02T23:30:00-02:00", "x", lenient=True) == "2026-01-03"
+    assert values.parse_currency({"amountMicros": 10.0, "currencyCode": "EUR"}, "a") == (10, "EUR")
+    assert values.parse_number("42", "n", lenient=True) == 42
+    with pytest.raises(InvalidArgument) as caught:
+        values.parse_currency({"amountMicros": 1, "currencyCode": "euro"}, "amount")
+    assert caught.value.field == "amount.currencyCode"
+    with pytest.raises(InvalidArgument):
+        values.parse_number(float("nan"), "n")
+    with pytest.raises(InvalidArgument):
+        values.check_text("a\x00b", "t")
+
+
+def test_record_ids_are_time_ordered_uuid7() -> None:
+    ids = inputs.RecordIds()
+    made = [ids.new() for _ in range(5000)]
+    assert made == sorted(made)
+    assert len(set(made)) == len(made)
+    assert all(uuid.UUID(value).version == 7 for value in made[:10])
+
+
+def test_prepare_create_applies_defaults_owner_and_required() -> None:
+    obj = WorkspaceModel.from_proto(schema()).object("company")
+    assert obj is not None
+    owner = "cccccccc-0000-4000-8000-000000000001"
+    prepared = inputs.prepare_create(
+        obj, {"name": "Acme"}, "", Access(False, owner), inputs.RecordIds()
+    )
+    assert prepared.columns["ownerId"] == owner
+    with pytest.raises(InvalidArgument) as caught:
+        inputs.prepare_batch(obj, [{"name": "a"}, {}], Access(False, ""), inputs.RecordIds())
+    assert caught.value.field == "[1].name"
+    with pytest.raises(PermissionDenied):
+        inputs.prepare_create(obj, {"name": "a", "ownerId": WS}, "", Access(True, owner),
+                              inputs.RecordIds())  # fmt: skip
+
+
+def test_relation_writes() -> None:
+    obj = WorkspaceModel.from_proto(schema()).object("person")
+    assert obj is not None
+    target = "cccccccc-0000-4000-8000-000000000002"
+    access = Access(False, "")
+    connect = inputs.prepare_update(obj, {"company": {"connect": target}}, access)
+    assert connect.columns == {"companyId": target}
+    assert inputs.prepare_update(obj, {"company": {"disconnect": True}}, access).columns == {
+        "companyId": None
+    }
+    with pytest.raises(InvalidArgument) as caught:
+        inputs.prepare_update(obj, {"company": target}, access)
+    assert caught.value.field == "company"
+
+
+def test_like_patterns_escape_wildcards() -> None:
+    assert like_pattern("50%_off\\", True, True) == "%50\\%\\_off\\\\%"
+
+
+def test_filter_compiles_to_bound_parameters() -> None:
+    model = WorkspaceModel.from_proto(schema())
+    obj = model.object("person")
+    assert obj is not None
+    params = Params()
+    node = common_pb2.Filter(
+        condition=common_pb2.Condition(
+            field="company.name", operator=common_pb2.FILTER_OPERATOR_CONTAINS,
+            value_json=orjson.dumps("ac'me"),
+        )
+    )  # fmt: skip
+    sql = PredicateCompiler(model, params, lambda _: Access(False, "")).compile(node, obj, "t")
+    assert "ac'me" not in sql
+    assert params.values == ["%ac'me%"]
+    assert sql.startswith("(EXISTS (SELECT 1 FROM")

@@ -1,0 +1,92 @@
+"""Outbox rows as JetStream messages: envelope fields, size trimming and per-record waves."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+
+from crm.common.v1 import common_pb2
+from crm.events.v1 import events_pb2
+from records.envelope import Message, OutboxRow, message_of, waves
+
+WS = "11111111-2222-4333-8444-555555555555"
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def row(sequence: int = 7, record_id: str = "r1", **changes: object) -> OutboxRow:
+    values: dict[str, object] = {
+        "sequence": sequence,
+        "event_id": f"e{sequence}",
+        "workspace_id": WS,
+        "object_name": "person",
+        "object_metadata_id": "m1",
+        "record_id": record_id,
+        "action": "updated",
+        "cause": "restore",
+        "record": '{"id": "r1", "city": "B"}',
+        "previous_record": '{"id": "r1", "city": "A"}',
+        "changed_fields": ["city"],
+        "actor_kind": "api_key",
+        "actor_user_id": "",
+        "actor_credential_id": "k1",
+        "actor_workflow_id": "",
+        "trace_context": orjson.dumps({"traceparent": TRACEPARENT, "other": "x"}).decode(),
+        "occurred_at": datetime(2026, 11, 22, 10, 0, tzinfo=UTC),
+    }
+    values.update(changes)
+    return OutboxRow(**values)  # type: ignore[arg-type]
+
+
+def decode(message: Message) -> events_pb2.RecordEvent:
+    event = events_pb2.RecordEvent()
+    event.ParseFromString(message.payload)
+    return event
+
+
+def test_message_carries_subject_id_trace_and_envelope() -> None:
+    message = message_of(row(), max_payload=1024 * 1024)
+    assert message.subject == f"crm.records.{WS}.person.updated"
+    assert message.headers == {"Nats-Msg-Id": "e7", "traceparent": TRACEPARENT}
+    event = decode(message)
+    assert event.id == "e7"
+    assert event.action == events_pb2.RECORD_ACTION_UPDATED
+    assert event.cause == events_pb2.CHANGE_CAUSE_RESTORE
+    assert event.actor.kind == common_pb2.PRINCIPAL_KIND_API_KEY
+    assert event.actor.credential_id == "k1"
+    assert orjson.loads(event.record_json) == {"id": "r1", "city": "B"}
+    assert orjson.loads(event.previous_record_json) == {"id": "r1", "city": "A"}
+    assert event.occurred_at.ToDatetime(tzinfo=UTC) == datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+    assert event.sequence == 7
+    assert list(event.changed_fields) == ["city"]
+    assert not event.previous_record_omitted
+    assert not event.record_omitted
+
+
+def test_created_has_no_previous_record_and_bad_trace_context_is_ignored() -> None:
+    created = row(action="created", previous_record=None, trace_context="[]")
+    event = decode(message_of(created, 10**6))
+    assert event.previous_record_json == b""
+    assert dict(event.trace_context) == {}
+
+
+def test_oversized_envelopes_drop_previous_then_record() -> None:
+    big = orjson.dumps({"id": "r1", "notes": "x" * 60_000}).decode()
+    limit = 8 * 1024 + 70_000  # room for one copy of the record, not two
+    event = decode(message_of(row(record=big, previous_record=big), limit))
+    assert event.previous_record_omitted
+    assert event.previous_record_json == b""
+    assert not event.record_omitted
+    assert orjson.loads(event.record_json)["id"] == "r1"
+    event = decode(message_of(row(record=big, previous_record=big), 8 * 1024 + 20_000))
+    assert event.previous_record_omitted
+    assert event.record_omitted
+    assert event.record_id == "r1"
+
+
+def test_waves_hold_each_record_once_in_sequence_order() -> None:
+    records = ["a", "b", "a", "c", "a", "b"]
+    messages = [message_of(row(sequence=i, record_id=r), 10**6) for i, r in enumerate(records)]
+    split = waves(messages)
+    assert [[m.sequence for m in wave] for wave in split] == [[0, 1, 3], [2, 5], [4]]
+    assert waves([]) == []
