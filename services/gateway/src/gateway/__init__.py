@@ -1,0 +1,1 @@
+"""The edge gateway: authentication, rate limits, REST and GraphQL, translated into gRPC."""

@@ -1,0 +1,223 @@
+"""The gateway's ASGI app: built by create_app() with everything injected through its lifespan."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.asyncio import Redis
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from crmkit import messaging
+from crmkit.db import create_pool
+from crmkit.errors import Internal, InvalidArgument, NotFound, ServiceError
+from crmkit.principal import PrincipalCodec
+from gateway.auth.install import install_auth
+from gateway.datamodel.cache import DataModelCache
+from gateway.datamodel.sync import follow_announcements, schema_fetcher
+from gateway.errors import rest_error_response
+from gateway.graphql.builder import StaticNames
+from gateway.graphql.endpoint import (
+    WorkspaceSchemas,
+    static_graphql_endpoint,
+    workspace_graphql_endpoint,
+)
+from gateway.graphql.parts import registered_parts
+from gateway.graphql.schema import build_static_schema
+from gateway.health import healthz, livez
+from gateway.metrics import GatewayMetrics
+from gateway.rest import routes as rest
+from gateway.rest.openapi import open_api
+from gateway.routing import RouteTable
+from gateway.settings import GatewaySettings
+from gateway.state import GatewayState, gateway_state
+from gateway.subscriptions.endpoint import WorkspaceSchemaSource, graphql_websocket_endpoint
+from gateway.subscriptions.feed import RecordEventFeed
+from gateway.subscriptions.hub import SubscriptionHub
+from gateway.subscriptions.omitted import omitted_record_loader
+from gateway.upstreams import Upstreams
+
+log = logging.getLogger("gateway")
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request by route template (never by raw path)."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, routes: RouteTable) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            template = self.routes.template(scope)
+            method = scope["method"]
+            self.metrics.http_duration.labels(template, method).observe(
+                time.perf_counter() - started
+            )
+            self.metrics.http_requests.labels(template, method, str(status)).inc()
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    registry = gateway_state(request).metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def on_service_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ServiceError)
+        return rest_error_response(exc)
+
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query")]
+        field = ".".join(location) or None
+        return rest_error_response(InvalidArgument(str(first.get("msg")), field=field))
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            return rest_error_response(NotFound(f"no route for {request.url.path}"))
+        if exc.status_code == 405:
+            response = rest_error_response(InvalidArgument(f"method {request.method} not allowed"))
+            response.status_code = 405
+            return response
+        return rest_error_response(InvalidArgument(str(exc.detail)))
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", exc_info=exc)
+        return rest_error_response(Internal("internal server error"))
+
+    app.add_exception_handler(ServiceError, on_service_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(HTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def _add_rest_routes(app: FastAPI, routes: RouteTable) -> None:
+    """The spec's REST table. Fixed segments come before `{id}` so `merge` and `groupBy` are
+    never read as ids."""
+    routes.add(app, "/rest/open-api", open_api, ["GET"])
+    routes.add(app, "/rest/batch/{object}", rest.create_batch, ["POST"])
+    routes.add(app, "/rest/restore/{object}/{id}", rest.restore_record, ["PATCH"])
+    routes.add(app, "/rest/{object}/duplicates", rest.find_duplicates, ["POST"])
+    routes.add(app, "/rest/{object}/merge", rest.merge_records, ["PATCH"])
+    routes.add(app, "/rest/{object}/groupBy", rest.group_records, ["GET"])
+    routes.add(app, "/rest/{object}/{id}", rest.get_record, ["GET"])
+    routes.add(app, "/rest/{object}/{id}", rest.update_record, ["PATCH"])
+    routes.add(app, "/rest/{object}/{id}", rest.delete_record, ["DELETE"])
+    routes.add(app, "/rest/{object}", rest.list_records, ["GET"])
+    routes.add(app, "/rest/{object}", rest.create_record, ["POST"])
+
+
+def create_app(settings: GatewaySettings) -> FastAPI:
+    metrics = GatewayMetrics.create()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        upstreams = Upstreams.open(settings)
+        redis = Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+        nats = await messaging.connect(settings.NATS_URL, name="gateway")
+        database = (
+            await create_pool(
+                settings.DATABASE_URL, min_size=0, max_size=2, application_name="gateway"
+            )
+            if settings.DATABASE_URL
+            else None
+        )
+        principals = PrincipalCodec(settings.APP_SECRET)
+        models = DataModelCache(
+            schema_fetcher(upstreams, principals), max_age=settings.DATA_MODEL_MAX_AGE
+        )
+        announcements = await follow_announcements(nats, models)
+        hub = SubscriptionHub(metrics, settings.SUBSCRIPTION_QUEUE_SIZE)
+        feed = RecordEventFeed(
+            nats,
+            hub.wants,
+            hub.publish,
+            metrics,
+            load_record=omitted_record_loader(upstreams, principals),
+        )
+        await feed.start()
+        app.state.gateway = GatewayState(
+            settings=settings,
+            upstreams=upstreams,
+            redis=redis,
+            nats=nats,
+            database=database,
+            metrics=metrics,
+            principals=principals,
+            models=models,
+            subscriptions=hub,
+        )
+        log.info("gateway ready", extra={"port": settings.PORT})
+        try:
+            yield
+        finally:
+            await feed.stop()
+            await announcements.unsubscribe()
+            await upstreams.close()
+            await redis.aclose()
+            await nats.drain()
+            if database is not None:
+                await database.close()
+
+    app = FastAPI(
+        title="CRM data service",
+        lifespan=lifespan,
+        docs_url="/docs" if settings.is_development else None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if settings.is_development else None,
+    )
+    _install_error_handlers(app)
+    routes = RouteTable()
+    routes.add(app, "/healthz", healthz, ["GET"])
+    routes.add(app, "/livez", livez, ["GET"])
+    routes.add(app, "/metrics", metrics_endpoint, ["GET"])
+    install_auth(app, routes, settings)
+    parts = registered_parts()
+    development = settings.is_development
+    schemas = WorkspaceSchemas(parts, StaticNames.of(build_static_schema(parts)))
+    routes.add(
+        app,
+        "/graphql",
+        workspace_graphql_endpoint(schemas, development=development),
+        ["GET", "POST"],
+    )
+    routes.add_websocket(
+        app, "/graphql", graphql_websocket_endpoint(WorkspaceSchemaSource(schemas))
+    )
+    routes.add(
+        app,
+        "/metadata",
+        static_graphql_endpoint(
+            build_static_schema(parts, metadata_only=True), development=development
+        ),
+        ["GET", "POST"],
+    )
+    _add_rest_routes(app, routes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics, routes=routes)
+    return app

@@ -1,0 +1,46 @@
+"""Authentication of every request: bearer credential → verified Principal.
+
+`authenticate()` is what REST routes, the GraphQL endpoint and WebSocket connection_init call.
+It accepts JWT session and OAuth access tokens, API keys and personal access tokens; anything
+else (missing, malformed, bad signature, `alg: none`, expired, revoked, wrong workspace) is
+Unauthenticated, whose reason tells expired (TOKEN_EXPIRED) from invalid.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import HTTPConnection
+
+from crm.common.v1 import common_pb2
+from gateway.auth.verify import CredentialVerifier, bearer_token
+from gateway.state import GatewayState, gateway_state
+
+_SCOPE_KEY = "crm.principal"
+
+
+def credential_verifier(state: GatewayState) -> CredentialVerifier:
+    return CredentialVerifier(
+        state.settings.APP_SECRET, state.redis, state.upstreams.auth, state.metrics
+    )
+
+
+async def authenticate(
+    connection: HTTPConnection, authorization: str | None = None
+) -> common_pb2.Principal:
+    """The verified principal of the request's `Authorization: Bearer` credential.
+
+    WebSocket handlers pass the `authorization` value of the connection_init payload; HTTP
+    requests use their header. A request is verified once, however many callers ask.
+    """
+    if authorization is None:
+        known = connection.scope.get(_SCOPE_KEY)
+        if isinstance(known, common_pb2.Principal):
+            return known
+        authorization = connection.headers.get("authorization")
+    principal = await credential_verifier(gateway_state(connection)).verify(
+        bearer_token(authorization)
+    )
+    connection.scope[_SCOPE_KEY] = principal
+    return principal
+
+
+__all__ = ["authenticate"]

@@ -1,0 +1,149 @@
+"""Bearer credential → verified Principal, with at most one Redis round trip.
+
+JWT access tokens are verified locally (signature, algorithm, expiry); API keys and personal
+access tokens are parsed locally. Then one GET of the credential's cache entry (written by
+identity on issue, change and revocation) decides: revoked, expired, wrong secret, or the
+principal. On a miss (or Redis unreachable) identity answers from Postgres and refills it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+from google.protobuf.message import DecodeError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from crm.common.v1 import common_pb2
+from crm.identity.v1 import identity_pb2, identity_pb2_grpc
+from crmkit.errors import Unauthenticated, from_rpc_error
+from crmkit.tokens import (
+    Claims,
+    SecretKind,
+    TokenType,
+    accept_credential,
+    credential_cache_key,
+    decode_jwt,
+    grant_of,
+    invalid_token,
+    parse_secret_token,
+)
+from gateway.metrics import GatewayMetrics
+
+log = logging.getLogger("gateway.auth")
+
+MAX_TOKEN_LENGTH = 4096
+_SECRET_KINDS = {
+    SecretKind.API_KEY: identity_pb2.CREDENTIAL_KIND_API_KEY,
+    SecretKind.PERSONAL_ACCESS_TOKEN: identity_pb2.CREDENTIAL_KIND_PERSONAL_ACCESS_TOKEN,
+}
+
+
+def bearer_token(header: str | None) -> str:
+    """The token of an `Authorization: Bearer <token>` value."""
+    if header is None or not header.strip():
+        raise Unauthenticated(
+            "missing credential: send Authorization: Bearer <token>",
+            reason=common_pb2.ERROR_REASON_TOKEN_MISSING,
+        )
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        raise invalid_token("invalid credential: expected Authorization: Bearer <token>")
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise invalid_token()
+    return token
+
+
+class CredentialVerifier:
+    """Stateless apart from what it is given: built per app, shared by every request."""
+
+    def __init__(
+        self,
+        app_secret: str,
+        redis: Redis,
+        auth: identity_pb2_grpc.AuthServiceStub,
+        metrics: GatewayMetrics | None = None,
+    ) -> None:
+        self._secret = app_secret
+        self._redis = redis
+        self._auth = auth
+        self._metrics = metrics
+
+    async def verify(self, token: str) -> common_pb2.Principal:
+        secret_token = parse_secret_token(token)
+        if secret_token is not None:
+            entry = await self._cached(secret_token.credential_id)
+            if entry is None:
+                return await self._resolve(
+                    identity_pb2.ResolveCredentialRequest(
+                        kind=_SECRET_KINDS[secret_token.kind],
+                        credential_id=secret_token.credential_id,
+                        secret=secret_token.secret,
+                    )
+                )
+            return self._accept(entry, secret=secret_token.secret)
+        try:
+            claims = decode_jwt(self._secret, token, TokenType.ACCESS)
+        except Unauthenticated as exc:
+            self._count("local", exc.reason_name)
+            raise
+        grant_id = grant_of(claims.jti)
+        entry = await self._cached(grant_id)
+        if entry is None:
+            return await self._resolve(
+                identity_pb2.ResolveCredentialRequest(
+                    kind=identity_pb2.CREDENTIAL_KIND_ACCESS_TOKEN,
+                    credential_id=grant_id,
+                    secret=token,
+                )
+            )
+        return self._accept(entry, claims=claims)
+
+    def _accept(
+        self,
+        entry: identity_pb2.CachedCredential,
+        *,
+        secret: str | None = None,
+        claims: Claims | None = None,
+    ) -> common_pb2.Principal:
+        try:
+            principal = accept_credential(entry, now=time.time(), secret=secret, claims=claims)
+        except Unauthenticated as exc:
+            self._count("cache", exc.reason_name)
+            raise
+        self._count("cache", "OK")
+        return principal
+
+    async def _cached(self, credential_id: str) -> identity_pb2.CachedCredential | None:
+        try:
+            raw = await self._redis.get(credential_cache_key(credential_id))
+        except RedisError as exc:
+            log.warning("credential cache unreachable; asking identity", extra={"error": str(exc)})
+            return None
+        if not isinstance(raw, bytes):
+            return None
+        entry = identity_pb2.CachedCredential()
+        try:
+            entry.ParseFromString(raw)
+        except DecodeError:
+            return None
+        return entry
+
+    async def _resolve(
+        self, request: identity_pb2.ResolveCredentialRequest
+    ) -> common_pb2.Principal:
+        try:
+            principal: common_pb2.Principal = await self._auth.ResolveCredential(request)
+        except grpc.aio.AioRpcError as exc:
+            error = from_rpc_error(exc)
+            self._count("identity", error.reason_name)
+            raise error from None
+        self._count("identity", "OK")
+        return principal
+
+    def _count(self, source: str, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.credential_checks.labels(source, outcome).inc()

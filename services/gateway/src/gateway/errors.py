@@ -1,0 +1,73 @@
+"""The one mapping from service errors to the spec's REST body and GraphQL extensions.code."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import orjson
+from starlette.responses import Response
+
+from crmkit.errors import ServiceError
+
+
+@dataclass(frozen=True)
+class ErrorMapping:
+    http_status: int
+    error: str  # the REST body's `error`: the HTTP reason phrase
+    graphql_code: str
+
+
+_MAPPINGS: dict[grpc.StatusCode, ErrorMapping] = {
+    grpc.StatusCode.INVALID_ARGUMENT: ErrorMapping(400, "Bad Request", "BAD_USER_INPUT"),
+    grpc.StatusCode.ALREADY_EXISTS: ErrorMapping(400, "Bad Request", "BAD_USER_INPUT"),
+    grpc.StatusCode.FAILED_PRECONDITION: ErrorMapping(400, "Bad Request", "BAD_USER_INPUT"),
+    grpc.StatusCode.OUT_OF_RANGE: ErrorMapping(400, "Bad Request", "BAD_USER_INPUT"),
+    grpc.StatusCode.UNAUTHENTICATED: ErrorMapping(401, "Unauthorized", "UNAUTHENTICATED"),
+    grpc.StatusCode.PERMISSION_DENIED: ErrorMapping(403, "Forbidden", "FORBIDDEN"),
+    grpc.StatusCode.NOT_FOUND: ErrorMapping(404, "Not Found", "NOT_FOUND"),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ErrorMapping(
+        429, "Too Many Requests", "RATE_LIMIT_EXCEEDED"
+    ),
+    grpc.StatusCode.UNAVAILABLE: ErrorMapping(503, "Service Unavailable", "INTERNAL_SERVER_ERROR"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: ErrorMapping(
+        504, "Gateway Timeout", "INTERNAL_SERVER_ERROR"
+    ),
+}
+_INTERNAL = ErrorMapping(500, "Internal Server Error", "INTERNAL_SERVER_ERROR")
+
+
+def mapping_for(error: ServiceError) -> ErrorMapping:
+    return _MAPPINGS.get(error.code, _INTERNAL)
+
+
+def rest_error_body(error: ServiceError) -> dict[str, Any]:
+    """`{statusCode, message, error, details: {field, message}}`."""
+    mapping = mapping_for(error)
+    return {
+        "statusCode": mapping.http_status,
+        "message": error.message,
+        "error": mapping.error,
+        "details": {"field": error.field, "message": error.message},
+    }
+
+
+def rest_error_response(error: ServiceError, headers: Mapping[str, str] | None = None) -> Response:
+    body = rest_error_body(error)
+    return Response(
+        orjson.dumps(body),
+        status_code=body["statusCode"],
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def graphql_extensions(error: ServiceError) -> dict[str, Any]:
+    """`extensions` of a GraphQL error: code, and field when one is named."""
+    extensions: dict[str, Any] = {"code": mapping_for(error).graphql_code}
+    if error.field is not None:
+        extensions["field"] = error.field
+    extensions.update(error.metadata)
+    return extensions

@@ -1,0 +1,1 @@
+"""GraphQL: the schema parts each feature contributes, and how they are served."""

@@ -1,0 +1,280 @@
+"""Resolvers of the record operations generated for each object: each one gRPC call to the
+records service (relations through the request's DataLoaders), records kept as JSON dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import strawberry
+from strawberry.types.unset import UNSET
+
+from crm.common.v1 import common_pb2
+from crm.records.v1 import records_pb2
+from crmkit.errors import InvalidArgument
+from gateway.datamodel.model import FieldModel, ObjectModel
+from gateway.graphql import loaders
+from gateway.graphql.context import GraphQLContext
+from gateway.graphql.inputs import order_by, parse_graphql_filter, record_json
+from gateway.graphql.selection import selected_names
+from gateway.pagination import page_info_json, page_size
+from gateway.rpc import call
+
+Record = dict[str, Any]
+# Children fetched per parent for a one-to-many field when `first` is not given.
+RELATED_PAGE_SIZE = 60
+
+
+def _context(info: strawberry.Info) -> GraphQLContext:
+    context: GraphQLContext = info.context
+    return context
+
+
+def _given(value: Any) -> Any:
+    return None if value is UNSET else value
+
+
+def connection(records: list[Record], cursors: Sequence[str], page_info: dict[str, Any]) -> Record:
+    return {
+        "edges": [
+            {"node": record, "cursor": cursor}
+            for record, cursor in zip(records, cursors, strict=False)
+        ],
+        "pageInfo": page_info,
+    }
+
+
+class RecordOperations:
+    """The generated query and mutation resolvers of one object."""
+
+    def __init__(self, obj: ObjectModel) -> None:
+        self.obj = obj
+        self.many_to_one = frozenset(f.name for f in obj.fields if f.is_many_to_one)
+
+    def _ref(self, context: GraphQLContext) -> records_pb2.ObjectRef:
+        return loaders.object_ref(context, self.obj.singular)
+
+    def _depth(self, selected: set[str]) -> int:
+        """1 when a many-to-one relation is selected: records nests it in the same call."""
+        return 1 if selected & self.many_to_one else 0
+
+    async def _call(self, info: strawberry.Info, method: str, request: Any) -> Any:
+        context = _context(info)
+        stub = context.state.upstreams.records
+        return await call(getattr(stub, method), request, context.grpc_metadata())
+
+    # -- queries ------------------------------------------------------------------------------
+
+    async def list_page(
+        self,
+        info: strawberry.Info,
+        filter: Any = UNSET,
+        orderBy: Any = UNSET,  # noqa: N803
+        limit: int | None = UNSET,
+        first: int | None = UNSET,
+        after: str | None = UNSET,
+        last: int | None = UNSET,
+        before: str | None = UNSET,
+    ) -> Record:
+        context = _context(info)
+        first_value, limit_value, last_value = _given(first), _given(limit), _given(last)
+        if last_value is not None:
+            size_last, size_first = page_size(last_value, field="last"), 0
+        else:
+            size_first = (
+                page_size(first_value, field="first")
+                if first_value is not None
+                else page_size(limit_value, field="limit")
+            )
+            size_last = 0
+        node_fields = selected_names(info.selected_fields, "edges", "node")
+        request = records_pb2.ListRecordsRequest(
+            ref=self._ref(context),
+            filter=parse_graphql_filter(filter, self.obj),
+            order_by=order_by(orderBy),
+            first=size_first,
+            after=_given(after) or "",
+            last=size_last,
+            before=_given(before) or "",
+            depth=self._depth(node_fields),
+            with_total_count="totalCount" in selected_names(info.selected_fields),
+        )
+        response = await self._call(info, "ListRecords", request)
+        result = connection(
+            orjson.loads(response.records_json),
+            response.cursors,
+            page_info_json(response.page_info),
+        )
+        result["totalCount"] = response.total_count if request.with_total_count else None
+        return result
+
+    async def get(self, info: strawberry.Info, id: Any) -> Record:
+        context = _context(info)
+        request = records_pb2.GetRecordRequest(
+            ref=self._ref(context),
+            id=str(id),
+            depth=self._depth(selected_names(info.selected_fields)),
+        )
+        response = await self._call(info, "GetRecord", request)
+        record: Record = orjson.loads(response.record_json)
+        return record
+
+    async def aggregate(self, info: strawberry.Info, filter: Any = UNSET) -> Record:
+        context = _context(info)
+        request = records_pb2.AggregateRecordsRequest(
+            ref=self._ref(context), filter=parse_graphql_filter(filter, self.obj)
+        )
+        response = await self._call(info, "AggregateRecords", request)
+        return aggregate_result(orjson.loads(response.result_json))
+
+    # -- mutations ----------------------------------------------------------------------------
+
+    async def create_one(self, info: strawberry.Info, data: Any) -> Record:
+        request = records_pb2.CreateRecordRequest(
+            ref=self._ref(_context(info)), data_json=orjson.dumps(record_json(data))
+        )
+        response = await self._call(info, "CreateRecord", request)
+        record: Record = orjson.loads(response.record_json)
+        return record
+
+    async def create_many(self, info: strawberry.Info, data: Any) -> list[Record]:
+        items = [record_json(item, field=f"[{index}]") for index, item in enumerate(data or [])]
+        if not items:
+            raise InvalidArgument("`data` must hold at least one record", field="data")
+        request = records_pb2.CreateRecordsRequest(
+            ref=self._ref(_context(info)), data_json=orjson.dumps(items)
+        )
+        response = await self._call(info, "CreateRecords", request)
+        records: list[Record] = orjson.loads(response.records_json)
+        return records
+
+    async def update_one(self, info: strawberry.Info, id: Any, data: Any) -> Record:
+        request = records_pb2.UpdateRecordRequest(
+            ref=self._ref(_context(info)), id=str(id), data_json=orjson.dumps(record_json(data))
+        )
+        response = await self._call(info, "UpdateRecord", request)
+        record: Record = orjson.loads(response.record_json)
+        return record
+
+    async def update_many(
+        self,
+        info: strawberry.Info,
+        filter: Any,
+        data: Any,
+    ) -> list[Record]:
+        request = records_pb2.UpdateRecordsRequest(
+            ref=self._ref(_context(info)),
+            filter=self._required_filter(filter),
+            data_json=orjson.dumps(record_json(data)),
+        )
+        response = await self._call(info, "UpdateRecords", request)
+        records: list[Record] = orjson.loads(response.records_json)
+        return records
+
+    async def delete_one(self, info: strawberry.Info, id: Any) -> Record:
+        request = records_pb2.DeleteRecordRequest(ref=self._ref(_context(info)), id=str(id))
+        response = await self._call(info, "DeleteRecord", request)
+        record: Record = orjson.loads(response.record_json)
+        return record
+
+    async def delete_many(self, info: strawberry.Info, filter: Any) -> list[Record]:
+        request = records_pb2.DeleteRecordsRequest(
+            ref=self._ref(_context(info)), filter=self._required_filter(filter)
+        )
+        response = await self._call(info, "DeleteRecords", request)
+        records: list[Record] = orjson.loads(response.records_json)
+        return records
+
+    async def restore_one(self, info: strawberry.Info, id: Any) -> Record:
+        request = records_pb2.RestoreRecordRequest(ref=self._ref(_context(info)), id=str(id))
+        response = await self._call(info, "RestoreRecord", request)
+        record: Record = orjson.loads(response.record_json)
+        return record
+
+    def _required_filter(self, value: Any) -> common_pb2.Filter:
+        parsed = parse_graphql_filter(value, self.obj)
+        if parsed is None:
+            raise InvalidArgument(
+                "`filter` must hold at least one condition (an empty filter would touch every"
+                " record)",
+                field="filter",
+            )
+        return parsed
+
+
+def aggregate_result(raw: Any) -> Record:
+    """{count, sum, avg, min, max} with composite values (currency) reduced to their number."""
+    result: Record = {"count": 0}
+    if not isinstance(raw, dict):
+        return result
+    result["count"] = raw.get("count", 0)
+    for op in ("sum", "avg", "min", "max"):
+        values = raw.get(op)
+        if isinstance(values, dict):
+            result[op] = {
+                name: value.get("amountMicros") if isinstance(value, dict) else value
+                for name, value in values.items()
+            }
+        else:
+            result[op] = {}
+    return result
+
+
+async def resolve_many_to_one(root: Record, info: strawberry.Info, field: FieldModel) -> Any:
+    """The related record: nested by the records service when it was asked for depth 1,
+    otherwise loaded with every other parent's in one GetRecordsByIds."""
+    nested = root.get(field.name)
+    if isinstance(nested, dict):
+        return nested
+    related_id = root.get(field.foreign_key)
+    if not related_id:
+        return None
+    loader = loaders.records_by_id(_context(info), field.target)
+    return await loader.load(str(related_id))
+
+
+async def resolve_one_to_many(
+    root: Record,
+    info: strawberry.Info,
+    field: FieldModel,
+    target: ObjectModel,
+    filter: Any = UNSET,
+    orderBy: Any = UNSET,  # noqa: N803
+    first: int | None = UNSET,
+) -> Record:
+    """The children pointing at `root` through `field.inverse`, first page, loaded for every
+    parent of the request in one ListRelated call."""
+    parent_id = root.get("id")
+    first_value = _given(first)
+    size = page_size(first_value, field="first") if first_value is not None else RELATED_PAGE_SIZE
+    if not parent_id:
+        return connection([], [], page_info_json(common_pb2.PageInfo()))
+    loader = loaders.related(
+        _context(info),
+        target.singular,
+        field.inverse,
+        first=size,
+        order_by=order_by(orderBy),
+        flt=parse_graphql_filter(filter, target),
+    )
+    group = await loader.load(str(parent_id))
+    if group is None:
+        return connection([], [], page_info_json(common_pb2.PageInfo()))
+    records = orjson.loads(group.records_json) if group.records_json else []
+    cursors = list(group.cursors)
+    info_json = {
+        "hasNextPage": group.has_next_page,
+        "hasPreviousPage": False,
+        "startCursor": cursors[0] if cursors else None,
+        "endCursor": cursors[-1] if cursors else None,
+    }
+    return connection(records, cursors, info_json)
+
+
+__all__ = [
+    "RecordOperations",
+    "aggregate_result",
+    "resolve_many_to_one",
+    "resolve_one_to_many",
+]

@@ -1,0 +1,34 @@
+"""Page sizes and page info shared by REST and GraphQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crm.common.v1 import common_pb2
+from crmkit.errors import InvalidArgument
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 200
+
+
+def page_size(value: int | None, *, field: str = "limit") -> int:
+    """A requested page size, checked: 1..MAX_PAGE_SIZE, DEFAULT_PAGE_SIZE when absent."""
+    if value is None:
+        return DEFAULT_PAGE_SIZE
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"`{field}` must be an integer", field=field)
+    if value < 1 or value > MAX_PAGE_SIZE:
+        raise InvalidArgument(
+            f"`{field}` must be between 1 and {MAX_PAGE_SIZE} (got {value})", field=field
+        )
+    return value
+
+
+def page_info_json(info: common_pb2.PageInfo) -> dict[str, Any]:
+    """`{hasNextPage, hasPreviousPage, startCursor, endCursor}` (cursors null when empty)."""
+    return {
+        "hasNextPage": info.has_next_page,
+        "hasPreviousPage": info.has_previous_page,
+        "startCursor": info.start_cursor or None,
+        "endCursor": info.end_cursor or None,
+    }

@@ -1,0 +1,1 @@
+"""REST API: /rest/{object}[/{id}], batch, duplicates, merge, groupBy, restore, open-api."""

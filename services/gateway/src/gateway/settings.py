@@ -1,0 +1,74 @@
+"""Gateway settings, read once at start."""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from crmkit.settings import CommonSettings, Duration, NatsSettings, RedisSettings
+
+
+class GatewaySettings(CommonSettings, RedisSettings, NatsSettings):
+    HOST: str = "0.0.0.0"
+    PORT: int = Field(default=3000, ge=1, le=65535)
+    IDENTITY_ADDR: str
+    METADATA_ADDR: str
+    RECORDS_ADDR: str
+    WEBHOOKS_ADDR: str
+    WORKFLOWS_ADDR: str
+    # Only for /healthz: the gateway owns no tables, but reports whether the database answers.
+    DATABASE_URL: str | None = Field(default=None, pattern=r"^postgres(ql)?://")
+    GRPC_CALL_TIMEOUT: float = Field(default=10.0, gt=0)
+    HEALTH_CHECK_TIMEOUT: float = Field(default=1.0, gt=0)
+    # Browser origins allowed to call the API (CORS), comma-separated and exact, e.g.
+    # `https://app.example.com,http://localhost:5173`. Empty: no CORS headers at all.
+    CORS_ORIGINS: str = ""
+    # Proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For names the client, for the
+    # per-IP brute-force limits. Empty: the peer address is the client.
+    TRUSTED_PROXIES: str = ""
+    # How long the OAuth login-and-consent form stays usable (the spec's login token lifetime).
+    LOGIN_TOKEN_EXPIRES_IN: Duration = 15 * 60
+    # A workspace's cached data model is re-checked (one cheap call) at least this often, in
+    # case a NATS announcement was missed while disconnected.
+    DATA_MODEL_MAX_AGE: Duration = 60
+    # GraphQL subscriptions over WebSocket (docs/subscriptions.md).
+    SUBSCRIPTION_QUEUE_SIZE: int = Field(default=4096, ge=1, le=1_000_000)
+    SUBSCRIPTION_INIT_TIMEOUT: float = Field(default=3.0, gt=0)
+    SUBSCRIPTION_MAX_OPERATIONS: int = Field(default=200, ge=1)
+    SUBSCRIPTION_REVALIDATE_INTERVAL: float = Field(default=60.0, gt=0)
+
+    @field_validator("CORS_ORIGINS")
+    @classmethod
+    def _origins(cls, value: str) -> str:
+        for origin in _split(value):
+            parts = urlsplit(origin)
+            if (
+                parts.scheme not in ("http", "https")
+                or not parts.hostname
+                or parts.path
+                or parts.query
+                or parts.fragment
+            ):
+                raise ValueError(f"{origin!r} is not an origin such as https://app.example.com")
+        return value
+
+    @field_validator("TRUSTED_PROXIES")
+    @classmethod
+    def _proxies(cls, value: str) -> str:
+        for network in _split(value):
+            ipaddress.ip_network(network, strict=False)
+        return value
+
+    @property
+    def cors_origins(self) -> list[str]:
+        return _split(self.CORS_ORIGINS)
+
+    @property
+    def trusted_proxies(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        return [ipaddress.ip_network(item, strict=False) for item in _split(self.TRUSTED_PROXIES)]
+
+
+def _split(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]

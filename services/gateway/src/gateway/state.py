@@ -1,0 +1,36 @@
+"""Everything a request handler may use, built once in the app's lifespan and injected."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+from nats.aio.client import Client as NatsClient
+from redis.asyncio import Redis
+from starlette.requests import HTTPConnection
+
+from crmkit.principal import PrincipalCodec
+from gateway.datamodel.cache import DataModelCache
+from gateway.metrics import GatewayMetrics
+from gateway.settings import GatewaySettings
+from gateway.subscriptions.hub import SubscriptionHub
+from gateway.upstreams import Upstreams
+
+
+@dataclass(frozen=True)
+class GatewayState:
+    settings: GatewaySettings
+    upstreams: Upstreams
+    redis: Redis
+    nats: NatsClient
+    database: asyncpg.Pool | None
+    metrics: GatewayMetrics
+    principals: PrincipalCodec
+    # Data models per workspace and what derives from them (GraphQL schemas, OpenAPI).
+    models: DataModelCache
+    subscriptions: SubscriptionHub
+
+
+def gateway_state(connection: HTTPConnection) -> GatewayState:
+    state: GatewayState = connection.app.state.gateway
+    return state

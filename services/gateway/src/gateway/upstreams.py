@@ -1,0 +1,58 @@
+"""One long-lived gRPC channel per upstream service, and the stubs the gateway calls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from crm.identity.v1 import identity_pb2_grpc
+from crm.metadata.v1 import metadata_pb2_grpc
+from crm.records.v1 import records_pb2_grpc
+from crm.webhooks.v1 import webhooks_pb2_grpc
+from crm.workflows.v1 import workflows_pb2_grpc
+from crmkit.grpc_client import open_channel
+from gateway.settings import GatewaySettings
+
+
+@dataclass(frozen=True)
+class Upstreams:
+    channels: Mapping[str, grpc.aio.Channel]
+    auth: identity_pb2_grpc.AuthServiceStub
+    workspaces: identity_pb2_grpc.WorkspaceServiceStub
+    roles: identity_pb2_grpc.RoleServiceStub
+    credentials: identity_pb2_grpc.CredentialServiceStub
+    oauth: identity_pb2_grpc.OAuthServiceStub
+    metadata: metadata_pb2_grpc.MetadataServiceStub
+    records: records_pb2_grpc.RecordsServiceStub
+    webhooks: webhooks_pb2_grpc.WebhookServiceStub
+    workflows: workflows_pb2_grpc.WorkflowServiceStub
+
+    @classmethod
+    def open(cls, settings: GatewaySettings) -> Upstreams:
+        timeout = settings.GRPC_CALL_TIMEOUT
+        channels = {
+            "identity": open_channel(settings.IDENTITY_ADDR, timeout),
+            "metadata": open_channel(settings.METADATA_ADDR, timeout),
+            "records": open_channel(settings.RECORDS_ADDR, timeout),
+            "webhooks": open_channel(settings.WEBHOOKS_ADDR, timeout),
+            "workflows": open_channel(settings.WORKFLOWS_ADDR, timeout),
+        }
+        identity = channels["identity"]
+        return cls(
+            channels=channels,
+            auth=identity_pb2_grpc.AuthServiceStub(identity),
+            workspaces=identity_pb2_grpc.WorkspaceServiceStub(identity),
+            roles=identity_pb2_grpc.RoleServiceStub(identity),
+            credentials=identity_pb2_grpc.CredentialServiceStub(identity),
+            oauth=identity_pb2_grpc.OAuthServiceStub(identity),
+            metadata=metadata_pb2_grpc.MetadataServiceStub(channels["metadata"]),
+            records=records_pb2_grpc.RecordsServiceStub(channels["records"]),
+            webhooks=webhooks_pb2_grpc.WebhookServiceStub(channels["webhooks"]),
+            workflows=workflows_pb2_grpc.WorkflowServiceStub(channels["workflows"]),
+        )
+
+    async def close(self) -> None:
+        await asyncio.gather(*(channel.close() for channel in self.channels.values()))
