@@ -1,0 +1,1 @@
+"""The webhooks service: webhook configurations and the deliverer worker."""

@@ -1,0 +1,95 @@
+"""serve() builds the webhooks service's dependencies, injects them and runs until SIGTERM."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from crm.metadata.v1 import metadata_pb2_grpc
+from crm.webhooks.v1 import webhooks_pb2, webhooks_pb2_grpc
+from crmkit import db, messaging
+from crmkit.grpc_client import open_channel
+from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
+from crmkit.outbound import OutboundPolicy, guarded_session
+from crmkit.principal import PrincipalCodec
+from webhooks.dispatcher import Dispatcher
+from webhooks.intake import Intake
+from webhooks.metrics import WebhooksMetrics
+from webhooks.sealing import SecretBox
+from webhooks.sender import Sender
+from webhooks.servicer import WebhookServicer
+from webhooks.settings import WebhooksSettings
+
+SCHEMA = "webhooks"
+
+
+async def serve(settings: WebhooksSettings) -> None:
+    registry = CollectorRegistry()
+    metrics = WebhooksMetrics.create(registry)
+    pool = await db.create_pool(
+        settings.DATABASE_URL,
+        min_size=settings.DB_POOL_MIN_SIZE,
+        max_size=settings.DB_POOL_MAX_SIZE,
+        application_name="webhooks",
+        reset_session=False,  # nothing here changes session state: skip the reset round trip
+    )
+    # Claims and attempt outcomes may be lost in a database crash without losing an event (the
+    # lease ends, the attempt repeats: at least once), so they skip waiting for the WAL flush.
+    # Event intake and the API use the durable pool: an event is acknowledged after its rows.
+    dispatch_pool = await db.create_pool(
+        settings.DATABASE_URL,
+        min_size=1,
+        max_size=4,
+        application_name="webhooks-dispatch",
+        session_settings={"synchronous_commit": "off"},
+        reset_session=False,
+    )
+    nats = await messaging.connect(settings.NATS_URL, "webhooks")
+    metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
+    policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)
+    box = SecretBox(settings.APP_SECRET)
+    http = guarded_session(
+        policy,
+        limit=settings.WEBHOOK_MAX_CONCURRENCY,
+        keepalive_timeout=30.0,
+        user_agent="crm-webhooks/1",
+    )
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = []
+    on_redelivery: Callable[[], None] = lambda: None  # noqa: E731
+    if settings.WEBHOOK_DELIVERER_ENABLED:
+        dispatcher = Dispatcher(
+            settings, dispatch_pool, Sender(http, settings.WEBHOOK_TIMEOUT), box, metrics
+        )
+        intake = Intake(settings, nats, pool, metrics, on_queued=dispatcher.wake)
+        background = [intake.run, dispatcher.run]
+        on_redelivery = dispatcher.wake
+    servicer = WebhookServicer(
+        pool,
+        PrincipalCodec(settings.APP_SECRET),
+        box,
+        metadata_pb2_grpc.MetadataServiceStub(metadata_channel),
+        policy,
+        on_redelivery=on_redelivery,
+    )
+
+    async def close_channel() -> None:
+        await metadata_channel.close()
+
+    runtime = ServiceRuntime(
+        bindings=[
+            ServicerBinding(
+                servicer,
+                webhooks_pb2_grpc.add_WebhookServiceServicer_to_server,
+                service_name(webhooks_pb2, "WebhookService"),
+            ),
+        ],
+        background=background,
+        on_shutdown=[nats.drain, http.close, close_channel, dispatch_pool.close, pool.close],
+    )
+    await run_service(settings, registry, runtime)
+
+
+async def migrate(settings: WebhooksSettings) -> None:
+    await db.migrate(settings.DATABASE_URL, SCHEMA, "webhooks")

@@ -1,0 +1,373 @@
+"""The sending half of the deliverer: claims due deliveries, attempts them, records outcomes.
+
+Claims use `FOR UPDATE SKIP LOCKED` and a lease: a claim moves `next_attempt_at` to the end of
+its lease and stamps the rows with its lease id, so replicas never claim the same delivery
+while its attempt may still be running; if a process dies mid-attempt, the lease runs out and
+the delivery is due again (at least once). Outcomes are written only by the lease holder.
+
+Concurrency is bounded twice: WEBHOOK_MAX_CONCURRENCY attempts in the process, and
+WEBHOOK_MAX_CONCURRENCY_PER_TARGET (P) per target (scheme://host:port). To spare a database
+round trip per attempt, a target may hold up to 2P claimed deliveries: P running and P queued in
+the process; it is claimed for again once it is down to P. A claim asks only for targets with
+room, so a slow or dead endpoint holds at most its own 2P rows and P running slots while the
+others' deliveries keep flowing; every attempt ends within WEBHOOK_TIMEOUT, and each row's lease
+covers the attempts queued before it (ceil(position / P) timeouts, plus a margin).
+
+Outcomes are written in batches: a delivery succeeds on a 2xx, otherwise the next retry is
+scheduled after WEBHOOK_RETRY_DELAYS[attempt - 1], and after the last one it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import asyncpg
+
+from webhooks.metrics import WebhooksMetrics
+from webhooks.payload import EventPayload, PayloadTooLarge, build_body
+from webhooks.sealing import SecretBox, SecretUnavailable
+from webhooks.sender import AttemptResult, Sender
+from webhooks.settings import WebhooksSettings
+
+log = logging.getLogger("webhooks.dispatcher")
+
+_LEASE_MARGIN_SECONDS = 10.0
+_MAX_IDLE_SECONDS = 1.0
+_CANDIDATE_FACTOR = 2  # rows scanned per row claimed, so busy targets do not starve the claim
+_FLUSH_BATCH = 500
+_GAUGE_SECONDS = 5.0
+_PRUNE_SECONDS = 600.0
+_PRUNE_CHUNK = 1000
+
+_CLAIM = """
+WITH room AS (
+    SELECT * FROM unnest($2::text[], $3::int[]) AS r(origin, claimed)
+), candidates AS (
+    SELECT d.id, d.next_attempt_at, w.target_origin
+    FROM webhooks.deliveries d JOIN webhooks.webhooks w ON w.id = d.webhook_id
+    WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.is_active
+      AND NOT (w.target_origin = ANY($4::text[]))
+    ORDER BY d.next_attempt_at
+    LIMIT $5
+    FOR UPDATE OF d SKIP LOCKED
+), ranked AS (
+    SELECT c.id, c.next_attempt_at,
+           coalesce(r.claimed, 0)
+             + row_number() OVER (PARTITION BY c.target_origin
+                                  ORDER BY c.next_attempt_at, c.id) AS position
+    FROM candidates c LEFT JOIN room r ON r.origin = c.target_origin
+), chosen AS (
+    SELECT id, next_attempt_at AS due,
+           ceil(position::float8 / $6) * $7 + $8 AS lease_seconds
+    FROM ranked WHERE position <= 2 * $6 ORDER BY next_attempt_at LIMIT $1
+), claimed AS (
+    UPDATE webhooks.deliveries d
+    SET next_attempt_at = now() + make_interval(secs => chosen.lease_seconds), lease = $9
+    FROM chosen, webhooks.webhooks w, webhooks.events e
+    WHERE d.id = chosen.id AND w.id = d.webhook_id AND e.id = d.event_id
+    RETURNING d.id::text, d.workspace_id::text, d.webhook_id::text, d.event_id::text,
+              d.operation, d.attempts, w.target_url, w.target_origin, w.secret_sealed,
+              e.record::text AS record, e.previous_record::text AS previous_record,
+              e.occurred_at, chosen.due
+)
+SELECT * FROM claimed ORDER BY due
+"""
+
+_RECORD = """
+WITH results AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::int[],
+                         $6::int[], $7::text[], $8::float8[])
+        AS r(id, lease, outcome, attempted_at, status_code, latency_ms, error, retry_in)
+), updated AS (
+    UPDATE webhooks.deliveries d
+    SET attempts = d.attempts + 1,
+        status = CASE r.outcome WHEN 'retry' THEN 'pending' ELSE r.outcome END,
+        next_attempt_at = CASE WHEN r.outcome = 'retry'
+                               THEN now() + make_interval(secs => r.retry_in) END,
+        lease = NULL,
+        last_status_code = r.status_code,
+        last_error = r.error,
+        finished_at = CASE WHEN r.outcome <> 'retry' THEN now() END,
+        updated_at = clock_timestamp()
+    FROM results r
+    WHERE d.id = r.id AND d.lease = r.lease
+    RETURNING d.id, d.attempts
+)
+INSERT INTO webhooks.delivery_attempts (delivery_id, attempt, attempted_at, status_code,
+                                        latency_ms, error)
+SELECT u.id, u.attempts, r.attempted_at, r.status_code, r.latency_ms, r.error
+FROM updated u JOIN results r ON r.id = u.id
+ON CONFLICT DO NOTHING
+"""
+
+_NEXT_DUE = "SELECT min(next_attempt_at) FROM webhooks.deliveries WHERE status = 'pending'"
+_PENDING = "SELECT count(*) FROM webhooks.deliveries WHERE status = 'pending'"
+# Events (with their deliveries, by cascade) past the retention and no longer needed.
+_PRUNE = """
+DELETE FROM webhooks.events e
+WHERE e.id IN (SELECT id FROM webhooks.events WHERE received_at < now() - make_interval(secs => $1)
+               ORDER BY received_at LIMIT $2)
+  AND NOT EXISTS (SELECT 1 FROM webhooks.deliveries d
+                  WHERE d.event_id = e.id AND d.status = 'pending')
+"""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: str
+    workspace_id: str
+    webhook_id: str
+    event_id: str
+    operation: str
+    attempts: int  # before this attempt
+    target_url: str
+    target_origin: str
+    secret_sealed: bytes
+    record: str | None
+    previous_record: str | None
+    occurred_at: datetime
+    lease: uuid.UUID
+
+
+@dataclass(frozen=True)
+class Outcome:
+    delivery: Claimed
+    result: AttemptResult
+    outcome: str  # delivered, retry, failed
+    retry_in: float
+
+
+def next_step(attempt: int, delivered: bool, delays: tuple[float, ...]) -> tuple[str, float]:
+    """After attempt number `attempt` (1-based): delivered, retry after n seconds, or failed."""
+    if delivered:
+        return "delivered", 0.0
+    if attempt <= len(delays):
+        return "retry", delays[attempt - 1]
+    return "failed", 0.0
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        settings: WebhooksSettings,
+        pool: asyncpg.Pool,
+        sender: Sender,
+        box: SecretBox,
+        metrics: WebhooksMetrics,
+    ) -> None:
+        self._settings = settings
+        self._pool = pool
+        self._sender = sender
+        self._box = box
+        self._metrics = metrics
+        self._delays = settings.retry_delays
+        self._per_target = settings.WEBHOOK_MAX_CONCURRENCY_PER_TARGET
+        self._max_claimed = 2 * settings.WEBHOOK_MAX_CONCURRENCY
+        self._running = asyncio.Semaphore(settings.WEBHOOK_MAX_CONCURRENCY)
+        self._wake = asyncio.Event()
+        self._claimed: Counter[str] = Counter()  # target -> claimed, running or queued
+        self._target_slots: dict[str, asyncio.Semaphore] = {}
+        self._drained: dict[str, bool] = {}  # target -> its last claim took every due row
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._outcomes: asyncio.Queue[Outcome] = asyncio.Queue()
+        self._next_gauge = 0.0
+        self._next_prune = 0.0
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write_outcomes(), name="webhook-outcomes")
+        try:
+            while True:
+                try:
+                    await self._round()
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    log.warning("dispatch round failed, retrying: %s", exc)
+                    await asyncio.sleep(1)
+        finally:
+            writer.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(writer, *self._tasks, return_exceptions=True)
+
+    async def _round(self) -> None:
+        self._wake.clear()
+        await self._housekeeping()
+        room = self._max_claimed - sum(self._claimed.values())
+        held = dict(self._claimed)
+        claimed = await self._claim(room) if room > 0 else []
+        self._note_drained(held, claimed, room)
+        for delivery in claimed:
+            self._start(delivery)
+        if claimed and len(claimed) == room:
+            return  # maybe more due: go again once claims drain (an attempt ending wakes us)
+        timeout = _MAX_IDLE_SECONDS
+        if room > 0:
+            # Sleep until the next retry falls due. Rows already due but not claimed wait for a
+            # busy target or another replica's lease: attempts ending or new rows wake us.
+            due = await self._pool.fetchval(_NEXT_DUE)
+            if due is not None:
+                seconds = (due - datetime.now(UTC)).total_seconds()
+                if seconds > 0:
+                    timeout = min(max(seconds, 0.005), timeout)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _claim(self, limit: int) -> list[Claimed]:
+        # A target with more than P claimed still has a full wave queued: skip it this time.
+        busy = [target for target, count in self._claimed.items() if count > self._per_target]
+        held = list(self._claimed.items())
+        lease = uuid.uuid4()
+        rows = await self._pool.fetch(
+            _CLAIM,
+            limit,
+            [target for target, _ in held],
+            [count for _, count in held],
+            busy,
+            limit * _CANDIDATE_FACTOR,
+            self._per_target,
+            self._settings.WEBHOOK_TIMEOUT,
+            _LEASE_MARGIN_SECONDS,
+            lease,
+        )
+        return [Claimed(*tuple(row)[:-1], lease=lease) for row in rows]  # type: ignore[misc]
+
+    def _note_drained(self, held: dict[str, int], claimed: list[Claimed], room: int) -> None:
+        """Remember the targets that had no more due rows than this claim took."""
+        if len(claimed) == room:
+            self._drained.clear()  # the claim stopped at the process limit: more may be due
+            return
+        got = Counter(delivery.target_origin for delivery in claimed)
+        for target in set(held) | set(got):
+            if held.get(target, 0) > self._per_target:
+                continue  # skipped by this claim: nothing learnt
+            self._drained[target] = got[target] < 2 * self._per_target - held.get(target, 0)
+
+    def _start(self, delivery: Claimed) -> None:
+        target = delivery.target_origin
+        self._claimed[target] += 1
+        if target not in self._target_slots:
+            self._target_slots[target] = asyncio.Semaphore(self._per_target)
+        task = asyncio.create_task(self._queued_attempt(delivery))
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._finished(delivery, done))
+
+    async def _queued_attempt(self, delivery: Claimed) -> None:
+        async with self._target_slots[delivery.target_origin], self._running:
+            self._metrics.in_flight.inc()
+            try:
+                await self._attempt(delivery)
+            finally:
+                self._metrics.in_flight.dec()
+
+    def _finished(self, delivery: Claimed, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        target = delivery.target_origin
+        self._claimed[target] -= 1
+        left = self._claimed[target]
+        if left <= 0:
+            del self._claimed[target]
+            del self._target_slots[target]
+        # Claim again once this target is down to one wave, unless its last claim found no more
+        # due rows (new rows wake us themselves), or when the process limit frees up.
+        if (left <= self._per_target and not self._drained.get(target, False)) or sum(
+            self._claimed.values()
+        ) == self._max_claimed - 1:
+            self._wake.set()
+        if left <= 0:
+            self._drained.pop(target, None)
+
+    async def _attempt(self, delivery: Claimed) -> None:
+        try:
+            body = build_body(
+                EventPayload(
+                    event_id=delivery.event_id,
+                    workspace_id=delivery.workspace_id,
+                    webhook_id=delivery.webhook_id,
+                    operation=delivery.operation,
+                    occurred_at=delivery.occurred_at,
+                    record=delivery.record,
+                    previous_record=delivery.previous_record,
+                )
+            )
+            secret = self._box.open(delivery.webhook_id, delivery.secret_sealed)
+        except (PayloadTooLarge, SecretUnavailable) as exc:
+            # Nothing can be sent, now or later: fail at once, saying why.
+            now = datetime.now(UTC)
+            result = AttemptResult(False, None, 0, str(exc), now)
+            self._outcomes.put_nowait(Outcome(delivery, result, "failed", 0.0))
+            return
+        result = await self._sender.send(delivery.target_url, secret, body)
+        self._outcomes.put_nowait(self._judge(delivery, result))
+
+    def _judge(self, delivery: Claimed, result: AttemptResult) -> Outcome:
+        self._metrics.attempt_duration.observe(result.latency_ms / 1000)
+        if result.delivered:
+            self._metrics.event_to_delivery.observe(
+                max((datetime.now(UTC) - delivery.occurred_at).total_seconds(), 0.0)
+            )
+        outcome, retry_in = next_step(delivery.attempts + 1, result.delivered, self._delays)
+        if outcome != "delivered":
+            log.info(
+                "delivery attempt failed",
+                extra={
+                    "delivery_id": delivery.id,
+                    "webhook_id": delivery.webhook_id,
+                    "attempt": delivery.attempts + 1,
+                    "status_code": result.status_code,
+                    "latency_ms": result.latency_ms,
+                    "error": result.error,
+                    "next": f"retry in {retry_in:g} s" if outcome == "retry" else "failed",
+                },
+            )
+        return Outcome(delivery, result, outcome, retry_in)
+
+    async def _write_outcomes(self) -> None:
+        while True:
+            batch = [await self._outcomes.get()]
+            while len(batch) < _FLUSH_BATCH and not self._outcomes.empty():
+                batch.append(self._outcomes.get_nowait())
+            while True:
+                try:
+                    await self._record(batch)
+                    break
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    # The leases outlive this; if the process dies first the attempts repeat.
+                    log.warning("cannot record delivery outcomes, retrying: %s", exc)
+                    await asyncio.sleep(1)
+            for item in batch:
+                self._metrics.attempts.labels(item.outcome).inc()
+
+    async def _record(self, batch: list[Outcome]) -> None:
+        await self._pool.execute(
+            _RECORD,
+            [item.delivery.id for item in batch],
+            [item.delivery.lease for item in batch],
+            [item.outcome for item in batch],
+            [item.result.attempted_at for item in batch],
+            [item.result.status_code for item in batch],
+            [item.result.latency_ms for item in batch],
+            [item.result.error for item in batch],
+            [item.retry_in for item in batch],
+        )
+
+    async def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_gauge:
+            self._next_gauge = now + _GAUGE_SECONDS
+            self._metrics.pending.set(await self._pool.fetchval(_PENDING))
+        if now >= self._next_prune:
+            self._next_prune = now + _PRUNE_SECONDS
+            retention = float(self._settings.WEBHOOK_DELIVERY_RETENTION)
+            while True:
+                status = await self._pool.execute(_PRUNE, retention, _PRUNE_CHUNK)
+                if int(status.split()[-1]) < _PRUNE_CHUNK:
+                    break

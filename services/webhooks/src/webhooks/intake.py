@@ -1,0 +1,222 @@
+"""Event intake: record events from JetStream become delivery rows for the matching webhooks.
+
+Every deliverer replica pulls from one durable consumer (`webhooks-deliverer`, explicit ack), so
+each event goes to one replica at a time. A batch of events is turned into rows with one
+statement: the events that match an active webhook of their workspace (exact operation,
+`<object>.*`, `*.<action>` or `*.*`) are stored once, with one pending delivery per matching
+webhook. Both inserts are idempotent on ids (an event delivered twice by JetStream adds nothing),
+and the messages are acknowledged only after the rows commit, so a crash before that makes
+JetStream send them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any
+
+import asyncpg
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from crm.events.v1 import events_pb2
+from crmkit.messaging import RECORD_EVENTS_STREAM, RECORD_EVENTS_SUBJECTS, ensure_record_stream
+from webhooks.metrics import WebhooksMetrics
+from webhooks.settings import WebhooksSettings
+
+log = logging.getLogger("webhooks.intake")
+
+DURABLE = "webhooks-deliverer"
+BATCH = 256
+_IDLE_FETCH_SECONDS = 5.0
+_DRAIN_FETCH_SECONDS = 0.01
+_ACTIONS = {
+    events_pb2.RECORD_ACTION_CREATED: "created",
+    events_pb2.RECORD_ACTION_UPDATED: "updated",
+    events_pb2.RECORD_ACTION_DELETED: "deleted",
+}
+
+# $1..$9: the batch as parallel arrays. Returns the number of deliveries created.
+_INTAKE = """
+WITH incoming AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::uuid[],
+                         $6::text[], $7::text[], $8::timestamptz[], $9::bigint[])
+        AS i(id, workspace_id, object, action, record_id, record, previous_record, occurred_at,
+             sequence)
+), matched AS (
+    SELECT i.id AS event_id, i.object || '.' || i.action AS operation, w.id AS webhook_id,
+           w.workspace_id
+    FROM incoming i
+    JOIN webhooks.webhooks w ON w.workspace_id = i.workspace_id AND w.is_active
+     AND w.operations && ARRAY[i.object || '.' || i.action, i.object || '.*',
+                               '*.' || i.action, '*.*']
+), stored AS (
+    INSERT INTO webhooks.events (id, workspace_id, object, action, record_id, record,
+                                 previous_record, occurred_at, sequence)
+    SELECT i.id, i.workspace_id, i.object, i.action, i.record_id, i.record::json,
+           i.previous_record::json, i.occurred_at, i.sequence
+    FROM incoming i WHERE i.id IN (SELECT event_id FROM matched)
+    ON CONFLICT (id) DO NOTHING
+), queued AS (
+    INSERT INTO webhooks.deliveries (id, workspace_id, webhook_id, event_id, operation,
+                                     next_attempt_at)
+    SELECT gen_random_uuid(), m.workspace_id, m.webhook_id, m.event_id, m.operation, now()
+    FROM matched m
+    ON CONFLICT (webhook_id, event_id) WHERE redelivery_of IS NULL DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM queued
+"""
+
+
+@dataclass(frozen=True)
+class DecodedEvent:
+    id: str
+    workspace_id: str
+    object: str
+    action: str
+    record_id: str
+    record: str | None
+    previous_record: str | None
+    occurred_at: Any
+    sequence: int
+
+
+def decode(data: bytes) -> DecodedEvent | None:
+    """The event in a message, or None when it is not a usable record event."""
+    event = events_pb2.RecordEvent()
+    try:
+        event.ParseFromString(data)
+    except Exception:  # protobuf raises DecodeError (a bare Exception subclass)
+        return None
+    action = _ACTIONS.get(event.action)
+    if action is None or not event.id or not event.workspace_id or not event.object:
+        return None
+    return DecodedEvent(
+        id=event.id,
+        workspace_id=event.workspace_id,
+        object=event.object,
+        action=action,
+        record_id=event.record_id,
+        record=event.record_json.decode() if event.record_json else None,
+        previous_record=(
+            event.previous_record_json.decode() if event.previous_record_json else None
+        ),
+        occurred_at=event.occurred_at.ToDatetime(tzinfo=UTC),
+        sequence=event.sequence,
+    )
+
+
+def _pending_after(message: Msg) -> bool:
+    """Whether the stream holds more messages for the consumer after this one."""
+    try:
+        return bool(message.metadata.num_pending)
+    except Exception:  # not a JetStream message: assume there may be more
+        return True
+
+
+class Intake:
+    def __init__(
+        self,
+        settings: WebhooksSettings,
+        nats: NatsClient,
+        pool: asyncpg.Pool,
+        metrics: WebhooksMetrics,
+        on_queued: Callable[[], None],
+    ) -> None:
+        self._settings = settings
+        self._nats = nats
+        self._pool = pool
+        self._metrics = metrics
+        self._on_queued = on_queued
+
+    async def run(self) -> None:
+        subscription = await self._subscribe()
+        while True:
+            try:
+                messages = await subscription.fetch(1, timeout=_IDLE_FETCH_SECONDS)
+            except TimeoutError:
+                continue
+            except Exception as exc:  # NATS away or reconnecting: try again shortly
+                log.debug("fetch failed: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            if _pending_after(messages[-1]):
+                # More already waiting joins the batch; a timeout means none (or NATS went away).
+                with contextlib.suppress(Exception):
+                    messages += await subscription.fetch(BATCH - 1, timeout=_DRAIN_FETCH_SECONDS)
+            await self._handle(messages)
+
+    async def _subscribe(self) -> Any:
+        js = self._nats.jetstream()
+        config = ConsumerConfig(
+            durable_name=DURABLE,
+            name=DURABLE,
+            filter_subject=RECORD_EVENTS_SUBJECTS[0],
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=float(self._settings.WEBHOOK_CONSUMER_ACK_WAIT),
+            max_ack_pending=4 * BATCH * 8,
+            # From the stream's start when the consumer is first made, so events published before
+            # this process first ran are not skipped; deliveries are idempotent on (webhook,
+            # event), so nothing is sent twice.
+            deliver_policy=DeliverPolicy.ALL,
+            max_deliver=-1,
+        )
+        while True:
+            try:
+                await ensure_record_stream(js)
+                try:
+                    await js.add_consumer(RECORD_EVENTS_STREAM, config=config)
+                except Exception as exc:  # exists with settings that cannot change: keep it
+                    log.warning("consumer %s kept as it is: %s", DURABLE, exc)
+                return await js.pull_subscribe_bind(durable=DURABLE, stream=RECORD_EVENTS_STREAM)
+            except Exception as exc:  # NATS not reachable yet: keep trying
+                log.warning("cannot subscribe to record events yet: %s", exc)
+                await asyncio.sleep(1)
+
+    async def _handle(self, messages: list[Msg]) -> None:
+        events: list[DecodedEvent] = []
+        for message in messages:
+            event = decode(message.data)
+            if event is None:
+                log.warning("skipping a message that is not a record event: %s", message.subject)
+            else:
+                events.append(event)
+        if events:
+            while True:
+                try:
+                    queued = await self._store(events)
+                    break
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    # Not acknowledged: keep trying; JetStream resends after ack_wait anyway.
+                    log.warning("cannot store events, retrying: %s", exc)
+                    await asyncio.sleep(1)
+            self._metrics.events.inc(len(events))
+            if queued:
+                self._metrics.deliveries_queued.inc(queued)
+                self._on_queued()
+        for message in messages:
+            try:
+                await message.ack()
+            except Exception as exc:  # lost ack: the event comes again and adds nothing
+                log.debug("ack failed: %s", exc)
+
+    async def _store(self, events: list[DecodedEvent]) -> int:
+        count = await self._pool.fetchval(
+            _INTAKE,
+            [e.id for e in events],
+            [e.workspace_id for e in events],
+            [e.object for e in events],
+            [e.action for e in events],
+            [e.record_id or None for e in events],
+            [e.record for e in events],
+            [e.previous_record for e in events],
+            [e.occurred_at for e in events],
+            [e.sequence for e in events],
+        )
+        return int(count or 0)

@@ -1,0 +1,1 @@
+"""The workflows service: workflow configurations and the runner worker."""
