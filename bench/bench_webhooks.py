@@ -1,0 +1,249 @@
+"""Webhook deliveries from commit to a fast receiver on loopback.
+
+1. Sustained throughput: batches of people created through `POST /rest/batch/people` by a few
+   concurrent writers; events/s = events / (last arrival - first commit). Budget: at least 1,000
+   deliveries/s.
+2. Latency at 100 events/s: one `POST /rest/people` every 10 ms; commit-to-delivery per event.
+   Budget: p99 under 100 ms.
+
+Commit time is the payload's `timestamp` (the write's transaction time, on the database's clock);
+arrival is the receiver's clock; both run on this machine. The receiver (`bench/webhook_sink.py`,
+a separate process) verifies every signature and timestamp with `examples/webhook_receiver.py`.
+
+    .venv/bin/python bench/bench_webhooks.py            # starts a stack, full run
+    .venv/bin/python bench/bench_webhooks.py --smoke    # seconds, proves it works
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.benchlib import BenchContext, Result, format_table, percentile
+from crmstack.ports import free_port, wait_for_port
+
+THROUGHPUT_BUDGET = 1000.0  # deliveries per second
+P99_BUDGET_MS = 100.0
+SINK = Path(__file__).resolve().parent / "webhook_sink.py"
+
+
+class Receiver:
+    """bench/webhook_sink.py in its own process."""
+
+    def __init__(self, port: int, secret: str) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [sys.executable, str(SINK), "--port", str(port), "--secret", secret],
+            stdout=subprocess.DEVNULL,
+        )
+        if not wait_for_port(port, 30):
+            self.process.kill()
+            raise RuntimeError("the benchmark receiver did not start")
+
+    async def results(self, http: httpx.AsyncClient) -> dict[str, Any]:
+        response = await http.get(self.url + "/results", timeout=30)
+        body: dict[str, Any] = orjson.loads(response.content)
+        return body
+
+    async def reset(self, http: httpx.AsyncClient) -> None:
+        await http.post(self.url + "/reset", timeout=30)
+
+    async def wait_for(self, http: httpx.AsyncClient, count: int, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            results = await self.results(http)
+            if results["count"] >= count or time.monotonic() > deadline:
+                return results
+            await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+async def _signup(http: httpx.AsyncClient) -> dict[str, str]:
+    response = await http.post(
+        "/auth/signup",
+        json={
+            "email": f"bench-{secrets.token_hex(6)}@example.com",
+            "password": "correct horse battery",
+            "firstName": "Bench",
+            "lastName": "Mark",
+            "workspaceName": "Webhook bench",
+        },
+    )
+    response.raise_for_status()
+    return {"Authorization": f"Bearer {response.json()['accessToken']}"}
+
+
+async def _create_webhook(http: httpx.AsyncClient, headers: dict[str, str], url: str) -> str:
+    response = await http.post(
+        "/graphql",
+        headers=headers,
+        json={
+            "query": "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) "
+            "{ id secret } }",
+            "variables": {"input": {"targetUrl": url, "operations": ["person.created"]}},
+        },
+    )
+    body = response.json()
+    if body.get("errors"):
+        raise RuntimeError(f"createWebhook failed: {body['errors']}")
+    secret: str = body["data"]["createWebhook"]["secret"]
+    return secret
+
+
+async def _throughput(
+    http: httpx.AsyncClient, headers: dict[str, str], receiver: Receiver, events: int
+) -> Result:
+    await receiver.reset(http)
+    batch = 500
+    writers = 4
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for start in range(0, events, batch):
+        queue.put_nowait(min(batch, events - start))
+
+    async def writer() -> None:
+        while not queue.empty():
+            size = queue.get_nowait()
+            rows = [{"firstName": f"t{i}"} for i in range(size)]
+            response = await http.post(
+                "/rest/batch/people", headers=headers, json=rows, timeout=120
+            )
+            response.raise_for_status()
+
+    started = time.time()
+    await asyncio.gather(*(writer() for _ in range(writers)))
+    results = await receiver.wait_for(http, events, timeout=300)
+    arrived = [event[2] for event in results["events"]]
+    delays = [event[1] for event in results["events"]]
+    first_commit = min(at - delay / 1000 for _, delay, at in results["events"]) if arrived else 0
+    seconds = (max(arrived) - first_commit) if arrived else time.time() - started
+    count = results["count"]
+    rate = count / seconds if seconds > 0 else 0.0
+    return Result(
+        operation="webhook: commit -> receiver, sustained",
+        concurrency=writers,
+        requests=count,
+        seconds=seconds,
+        p50_ms=percentile(delays, 50),
+        p99_ms=percentile(delays, 99),
+        budget=f">= {THROUGHPUT_BUDGET:.0f} deliveries/s",
+        passed=count == events and rate >= THROUGHPUT_BUDGET,
+        notes=f"{count}/{events} delivered, {results['rejected']} rejected; "
+        f"batches of {batch} via REST; delays include queueing",
+    )
+
+
+async def _latency(
+    http: httpx.AsyncClient, headers: dict[str, str], receiver: Receiver, seconds: float
+) -> Result:
+    await receiver.reset(http)
+    rate = 100.0
+    total = int(seconds * rate)
+    gate = asyncio.Semaphore(64)
+    failures: list[int] = []
+
+    async def create(index: int) -> None:
+        async with gate:
+            response = await http.post(
+                "/rest/people", headers=headers, json={"firstName": f"l{index}"}, timeout=30
+            )
+            if response.status_code != 201:
+                failures.append(response.status_code)
+
+    started = time.monotonic()
+    tasks = []
+    for index in range(total):
+        delay = started + index / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(create(index)))
+    await asyncio.gather(*tasks)
+    results = await receiver.wait_for(http, total - len(failures), timeout=120)
+    delays = [event[1] for event in results["events"]]
+    p99 = percentile(delays, 99)
+    return Result(
+        operation="webhook: commit -> receiver at 100 events/s",
+        concurrency=1,
+        requests=results["count"],
+        seconds=seconds,
+        p50_ms=percentile(delays, 50),
+        p99_ms=p99,
+        budget=f"p99 < {P99_BUDGET_MS:.0f} ms",
+        passed=results["count"] == total and not failures and p99 < P99_BUDGET_MS,
+        notes=f"{results['count']}/{total} delivered, {len(failures)} writes failed, "
+        f"{results['rejected']} rejected",
+    )
+
+
+async def run(ctx: BenchContext) -> list[Result]:
+    port = free_port()
+    async with httpx.AsyncClient(base_url=ctx.base_url, timeout=60) as http:
+        headers = await _signup(http)
+        secret = await _create_webhook(http, headers, f"http://127.0.0.1:{port}/hook")
+        receiver = Receiver(port, secret)
+        try:
+            events = 500 if ctx.smoke else 20_000
+            latency_seconds = 2.0 if ctx.smoke else 30.0
+            # Latency first, on a quiet pipeline; then the sustained load.
+            latency = await _latency(http, headers, receiver, latency_seconds)
+            throughput = await _throughput(http, headers, receiver, events)
+            return [throughput, latency]
+        finally:
+            receiver.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="seconds-long run")
+    args = parser.parse_args()
+
+    from crmstack.stack import Stack, StackConfig
+
+    data_dir = Path(tempfile.mkdtemp(prefix="crm-bench-webhooks-"))
+    stack = Stack(
+        StackConfig(
+            data_dir=data_dir,
+            app_secret=secrets.token_urlsafe(48),
+            extra_env={
+                "LOG_LEVEL": "WARNING",
+                "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
+                "API_RATE_LIMITING_LIMIT": "100000000",  # the benchmark measures events, not limits
+            },
+        )
+    )
+    stack.start()
+    try:
+        context = BenchContext(
+            base_url=stack.base_url,
+            smoke=args.smoke,
+            database_url=stack.env["DATABASE_URL"],
+            nats_url=stack.env["NATS_URL"],
+        )
+        results = asyncio.run(run(context))
+    finally:
+        stack.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    print(format_table(results))
+    for row in results:
+        print(f"  {row.operation}: {row.requests_per_second:.0f}/s; {row.notes}")
+
+
+if __name__ == "__main__":
+    main()
