@@ -207,19 +207,5 @@ def test_one_replica_relays_and_another_takes_over(ws: Workspace, local_stack: S
         finally:
             if main_was_active:
                 local_stack.restart("records")
-                wait_for_peers(local_stack)
     finally:
         extra.stop()
-
-
-def wait_for_peers(stack: Stack) -> None:
-    """Until metadata reaches the restarted records service again (its channel backs off)."""
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            provision(stack)
-            return
-        except grpc.RpcError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
