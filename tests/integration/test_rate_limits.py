@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 
 import httpx
@@ -27,22 +27,24 @@ CREATE_KEY = """mutation($input: CreateApiKeyInput!) {
 }"""
 
 
-def rest_call(base_url: str, token: str) -> httpx.Response:
-    return httpx.get(
-        base_url + "/rest/people",
-        params={"limit": 1},
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    )
+class Gateway:
+    """One gateway process and a kept-alive HTTP client to it."""
 
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = httpx.Client(base_url=url, timeout=30)
 
-def graphql_call(base_url: str, token: str) -> httpx.Response:
-    return httpx.post(
-        base_url + "/graphql",
-        json={"query": "{ people(first: 1) { edges { node { id } } } }"},
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    )
+    def rest(self, token: str) -> httpx.Response:
+        return self.http.get(
+            "/rest/people", params={"limit": 1}, headers={"Authorization": f"Bearer {token}"}
+        )
+
+    def graphql(self, token: str) -> httpx.Response:
+        return self.http.post(
+            "/graphql",
+            json={"query": "{ people(first: 1) { edges { node { id } } } }"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
 
 
 def limits(response: httpx.Response) -> tuple[int, int, int]:
@@ -60,37 +62,38 @@ def rejections(stack: Stack) -> float:
 
 
 @pytest.fixture(scope="module")
-def gateways(scaled_stack: Stack) -> list[str]:
+def gateways(scaled_stack: Stack) -> Iterator[list[Gateway]]:
     urls = scaled_stack.gateway_urls
     assert len(urls) == 2
-    return urls
+    opened = [Gateway(url) for url in urls]
+    yield opened
+    for gateway in opened:
+        gateway.http.close()
 
 
 @pytest.fixture
-def admin(gateways: list[str]) -> Session:
-    with httpx.Client(base_url=gateways[1], timeout=30) as http:
-        return signup(http)
+def admin(gateways: list[Gateway]) -> Session:
+    return signup(gateways[1].http)
 
 
-def api_key(base_url: str, admin: Session) -> str:
-    with httpx.Client(base_url=base_url, timeout=30) as http:
-        data = graphql_data(
-            http, admin.access_token, CREATE_KEY, {"input": {"name": "rate limit test"}}
-        )
+def api_key(gateway: Gateway, admin: Session) -> str:
+    data = graphql_data(
+        gateway.http, admin.access_token, CREATE_KEY, {"input": {"name": "rate limit test"}}
+    )
     token: str = data["createApiKey"]["token"]
     return token
 
 
 def test_the_101st_call_in_a_window_is_refused_across_gateways_rest_and_graphql(
-    scaled_stack: Stack, gateways: list[str], admin: Session
+    scaled_stack: Stack, gateways: list[Gateway], admin: Session
 ) -> None:
     # The admin's key has its own counter (created with the admin's session, which counts 1).
     token = api_key(gateways[0], admin)
     before = rejections(scaled_stack)
-    calls: list[Callable[[str, str], httpx.Response]] = [rest_call, graphql_call]
     resets = set()
     for number in range(1, LIMIT + 1):
-        response = calls[number % 2](gateways[(number // 2) % 2], token)
+        gateway = gateways[(number // 2) % 2]
+        response = gateway.rest(token) if number % 2 else gateway.graphql(token)
         assert response.status_code == 200, (number, response.text)
         limit, remaining, reset = limits(response)
         assert (limit, remaining) == (LIMIT, LIMIT - number), number
@@ -100,7 +103,7 @@ def test_the_101st_call_in_a_window_is_refused_across_gateways_rest_and_graphql(
     (reset,) = resets
     assert time.time() < reset <= math.ceil(time.time()) + WINDOW_SECONDS
 
-    refused = rest_call(gateways[1], token)
+    refused = gateways[1].rest(token)
     assert refused.status_code == 429
     assert limits(refused) == (LIMIT, 0, reset)
     body = refused.json()
@@ -111,7 +114,7 @@ def test_the_101st_call_in_a_window_is_refused_across_gateways_rest_and_graphql(
     retry_after = int(refused.headers["retry-after"])
     assert 1 <= retry_after <= WINDOW_SECONDS
 
-    refused = graphql_call(gateways[0], token)
+    refused = gateways[0].graphql(token)
     assert refused.status_code == 429
     assert limits(refused) == (LIMIT, 0, reset)
     assert 1 <= int(refused.headers["retry-after"]) <= WINDOW_SECONDS
@@ -123,34 +126,34 @@ def test_the_101st_call_in_a_window_is_refused_across_gateways_rest_and_graphql(
 
     assert rejections(scaled_stack) - before == 2
     # Another credential of the same workspace counts on its own: the admin's session.
-    other = rest_call(gateways[1], admin.access_token)
+    other = gateways[1].rest(admin.access_token)
     assert other.status_code == 200
     assert limits(other)[:2] == (LIMIT, LIMIT - 2)  # createApiKey, then this call
 
 
 def test_probes_and_refused_credentials_are_not_counted_but_errors_after_auth_are(
-    gateways: list[str], admin: Session
+    gateways: list[Gateway], admin: Session
 ) -> None:
-    assert "x-ratelimit-limit" not in httpx.get(gateways[0] + "/healthz", timeout=30).headers
-    unauthenticated = httpx.get(gateways[0] + "/rest/people", timeout=30)
+    http = gateways[0].http
+    assert "x-ratelimit-limit" not in http.get("/healthz").headers
+    unauthenticated = http.get("/rest/people")
     assert unauthenticated.status_code == 401
     assert "x-ratelimit-limit" not in unauthenticated.headers
-    missing = httpx.get(
-        gateways[0] + "/rest/nonexistents", headers=admin.headers, timeout=30
-    )  # authenticated, then a 404: counted, and it says so
+    # Authenticated, then a 404: counted, and the response says so.
+    missing = http.get("/rest/nonexistents", headers=admin.headers)
     assert missing.status_code == 404
     assert limits(missing)[:2] == (LIMIT, LIMIT - 1)
 
 
 async def test_opening_a_subscription_counts_and_its_events_do_not(
-    gateways: list[str], admin: Session
+    gateways: list[Gateway], admin: Session
 ) -> None:
-    async with await Socket.open(gateways[0]) as socket:
+    async with await Socket.open(gateways[0].url) as socket:
         await socket.init(admin.access_token)  # connection_init is not a call
         await socket.subscribe("p", "subscription { personCreated { firstName } }")  # 1 call
-        await wait_for_subscriptions(gateways[0], 1)
+        await wait_for_subscriptions(gateways[0].url, 1)
         async with httpx.AsyncClient(
-            base_url=gateways[1], headers=admin.headers, timeout=30
+            base_url=gateways[1].url, headers=admin.headers, timeout=30
         ) as http:
             for name in ("A", "B", "C"):  # 3 calls, 3 events
                 created = await http.post("/rest/people", json={"firstName": name})
@@ -162,12 +165,12 @@ async def test_opening_a_subscription_counts_and_its_events_do_not(
 
 
 async def test_operations_over_a_socket_beyond_the_limit_get_rate_limit_exceeded(
-    gateways: list[str], admin: Session
+    gateways: list[Gateway], admin: Session
 ) -> None:
     token = api_key(gateways[0], admin)
     for number in range(LIMIT):
-        assert rest_call(gateways[number % 2], token).status_code == 200
-    async with await Socket.open(gateways[1]) as socket:
+        assert gateways[number % 2].rest(token).status_code == 200
+    async with await Socket.open(gateways[1].url) as socket:
         await socket.init(token)
         await socket.subscribe("p", "subscription { personCreated { id } }")
         message = await socket.receive()
@@ -178,24 +181,25 @@ async def test_operations_over_a_socket_beyond_the_limit_get_rate_limit_exceeded
 
 
 @pytest.fixture
-def short_window_gateway(scaled_stack: Stack) -> Iterator[str]:
+def short_window_gateway(scaled_stack: Stack) -> Iterator[Gateway]:
     """A third gateway on the scaled stack with a 6-second window of 3 calls."""
     with gateway_starter(scaled_stack) as start:
-        yield start({"API_RATE_LIMITING_TTL": "6000", "API_RATE_LIMITING_LIMIT": "3"})
+        gateway = Gateway(start({"API_RATE_LIMITING_TTL": "6000", "API_RATE_LIMITING_LIMIT": "3"}))
+        yield gateway
+        gateway.http.close()
 
 
 def test_the_window_slides_a_slot_frees_when_the_oldest_call_leaves(
-    short_window_gateway: str, gateways: list[str]
+    short_window_gateway: Gateway, gateways: list[Gateway]
 ) -> None:
-    with httpx.Client(base_url=gateways[0], timeout=30) as http:
-        session = signup(http)
-    token = session.access_token
-    first = rest_call(short_window_gateway, token)
+    token = signup(gateways[0].http).access_token
+    short = short_window_gateway
+    first = short.rest(token)
     assert limits(first)[:2] == (3, 2)
     time.sleep(3)  # the next two calls enter the window 3 s after the first
-    assert limits(graphql_call(short_window_gateway, token))[:2] == (3, 1)
-    assert limits(rest_call(short_window_gateway, token))[:2] == (3, 0)
-    refused = graphql_call(short_window_gateway, token)
+    assert limits(short.graphql(token))[:2] == (3, 1)
+    assert limits(short.rest(token))[:2] == (3, 0)
+    refused = short.graphql(token)
     assert refused.status_code == 429
     first_leaves = limits(refused)[2]
     assert first_leaves == limits(first)[2]
@@ -203,33 +207,34 @@ def test_the_window_slides_a_slot_frees_when_the_oldest_call_leaves(
     time.sleep(max(0.0, first_leaves - time.time()) + 0.2)
     # The first call has left; the other two are still in the window. A fixed window that
     # began with the first call would have reset here and offered all 3 slots.
-    freed = rest_call(short_window_gateway, token)
+    freed = short.rest(token)
     assert freed.status_code == 200, freed.text
     assert limits(freed)[:2] == (3, 0)
-    refused = rest_call(short_window_gateway, token)
+    refused = short.rest(token)
     assert refused.status_code == 429
     assert limits(refused)[2] > first_leaves  # now the second call's exit frees the next slot
 
 
 def test_without_redis_calls_are_served_and_the_failures_counted(
-    scaled_stack: Stack, gateways: list[str], admin: Session
+    scaled_stack: Stack, gateways: list[Gateway], admin: Session
 ) -> None:
     if scaled_stack.infra is None or "redis" not in scaled_stack.infra.servers:
         pytest.skip("Redis is an external server (REDIS_URL): the test cannot stop it")
-    before = [metric(url, FAILURES) for url in gateways]
+    before = [metric(gateway.url, FAILURES) for gateway in gateways]
     scaled_stack.stop_infra("redis")
     try:
         for number in range(6):
-            call = rest_call if number % 2 else graphql_call
-            response = call(gateways[number // 3], admin.access_token)
+            gateway = gateways[number // 3]
+            token = admin.access_token
+            response = gateway.rest(token) if number % 2 else gateway.graphql(token)
             assert response.status_code == 200, response.text
             assert "x-ratelimit-remaining" not in response.headers  # no count to report
     finally:
         scaled_stack.start_infra("redis")
-    after = [metric(url, FAILURES) for url in gateways]
+    after = [metric(gateway.url, FAILURES) for gateway in gateways]
     assert after[0] - before[0] >= 3, (before, after)
     assert after[1] - before[1] >= 3, (before, after)
     deadline = time.monotonic() + 30
-    while "x-ratelimit-remaining" not in rest_call(gateways[0], admin.access_token).headers:
+    while "x-ratelimit-remaining" not in gateways[0].rest(admin.access_token).headers:
         assert time.monotonic() < deadline, "the limiter did not resume after Redis came back"
         time.sleep(0.5)
