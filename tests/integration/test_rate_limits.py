@@ -5,6 +5,7 @@ a subscription counts and its events do not, and without Redis calls are still s
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Iterator
@@ -129,6 +130,37 @@ def test_the_101st_call_in_a_window_is_refused_across_gateways_rest_and_graphql(
     other = gateways[1].rest(admin.access_token)
     assert other.status_code == 200
     assert limits(other)[:2] == (LIMIT, LIMIT - 2)  # createApiKey, then this call
+
+
+async def test_concurrent_calls_through_both_gateways_admit_exactly_the_limit(
+    gateways: list[Gateway], admin: Session
+) -> None:
+    token = api_key(gateways[0], admin)
+    headers = {"Authorization": f"Bearer {token}"}
+    gate = asyncio.Semaphore(16)
+
+    async def call(http: httpx.AsyncClient, number: int) -> int:
+        async with gate:
+            if number % 2:
+                response = await http.get("/rest/people", params={"limit": 1}, headers=headers)
+            else:
+                response = await http.post(
+                    "/graphql",
+                    json={"query": "{ people(first: 1) { edges { cursor } } }"},
+                    headers=headers,
+                )
+            return response.status_code
+
+    async with (
+        httpx.AsyncClient(base_url=gateways[0].url, timeout=30) as first,
+        httpx.AsyncClient(base_url=gateways[1].url, timeout=30) as second,
+    ):
+        statuses = await asyncio.gather(
+            *(call(first if number % 4 < 2 else second, number) for number in range(LIMIT + 30))
+        )
+    assert sorted(set(statuses)) == [200, 429]
+    assert statuses.count(200) == LIMIT
+    assert statuses.count(429) == 30
 
 
 def test_probes_and_refused_credentials_are_not_counted_but_errors_after_auth_are(
