@@ -215,6 +215,16 @@ def test_webhooks_refuse_private_targets_by_default() -> None:
     assert env["WEBHOOK_ALLOW_PRIVATE_TARGETS"]["value"] == "false"
 
 
+def test_the_gateway_gets_the_rate_limit_settings() -> None:
+    spec = render({}).get("Deployment", "crm-gateway")["spec"]["template"]["spec"]
+    env = env_of(container(spec))
+    assert env["API_RATE_LIMITING_TTL"]["value"] == "60000"
+    assert env["API_RATE_LIMITING_LIMIT"]["value"] == "100"
+    changed = render({"services": {"gateway": {"env": {"API_RATE_LIMITING_LIMIT": "500"}}}})
+    spec = changed.get("Deployment", "crm-gateway")["spec"]["template"]["spec"]
+    assert env_of(container(spec))["API_RATE_LIMITING_LIMIT"]["value"] == "500"
+
+
 def test_peer_addresses_name_headless_services_of_the_release(
     scenario: tuple[str, dict[str, Any], Rendered],
 ) -> None:

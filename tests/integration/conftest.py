@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -40,21 +42,33 @@ TEST_ENV: dict[str, str] = {
     # Requests from the suite may name a client IP in X-Forwarded-For (brute-force limits per IP).
     "TRUSTED_PROXIES": "127.0.0.1/32",
     "SMTP_URL": f"smtp://127.0.0.1:{SMTP_TEST_PORT}",
+    # The API rate limit, far above what any test sends with one credential (1,000 subscriptions
+    # on one token, thousands of records paged through). The limit itself is tested on
+    # `scaled_stack`, which keeps the default 100 calls per 60 s.
+    "API_RATE_LIMITING_LIMIT": "1000000",
+}
+
+# The stack of test_rate_limits.py and test_scaling.py: two gateways and two webhook deliverers,
+# the rate limit at its defaults (set explicitly so a change of default cannot go unnoticed).
+SCALED_REPLICAS = {"gateway": 2, "webhooks": 2}
+SCALED_ENV: dict[str, str] = {
+    **TEST_ENV,
+    "API_RATE_LIMITING_LIMIT": "100",
+    "API_RATE_LIMITING_TTL": "60000",
 }
 
 
-@pytest.fixture(scope="session")
-def stack() -> Iterator[Stack | None]:
-    if os.environ.get("CRM_BASE_URL"):
-        yield None
-        return
+@contextmanager
+def _running_stack(
+    prefix: str, replicas: Mapping[str, int], env: Mapping[str, str]
+) -> Iterator[Stack]:
     keep = os.environ.get("CRM_KEEP_TEST_DATA") == "1"
-    data_dir = Path(tempfile.mkdtemp(prefix="crm-it-"))
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
     config = StackConfig(
         data_dir=data_dir,
-        replicas=StackConfig.replicas_from_env(os.environ),
+        replicas=replicas,
         app_secret=secrets.token_urlsafe(48),
-        extra_env=TEST_ENV,
+        extra_env=env,
         fast_postgres=True,
     )
     running = Stack(config)
@@ -64,9 +78,26 @@ def stack() -> Iterator[Stack | None]:
     finally:
         running.stop()
         if not keep:
-            import shutil
-
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack | None]:
+    if os.environ.get("CRM_BASE_URL"):
+        yield None
+        return
+    with _running_stack("crm-it-", StackConfig.replicas_from_env(os.environ), TEST_ENV) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def scaled_stack() -> Iterator[Stack]:
+    """A second local stack, started once for the session by the first test that asks: two
+    gateways and two webhook deliverers, the default rate limit (SCALED_ENV)."""
+    if os.environ.get("CRM_BASE_URL"):
+        pytest.skip("needs the local launcher: it starts its own stack with two gateways")
+    with _running_stack("crm-it-scaled-", SCALED_REPLICAS, SCALED_ENV) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +132,14 @@ def smtp_port(stack: Stack | None) -> int:
 @pytest.fixture
 def extra_gateway(local_stack: Stack) -> Iterator[Callable[[dict[str, str]], str]]:
     """Starts more gateway processes on the running stack (optionally with other settings)."""
+    with gateway_starter(local_stack) as start:
+        yield start
+
+
+@contextmanager
+def gateway_starter(on: Stack) -> Iterator[Callable[[dict[str, str]], str]]:
+    """start(env) runs one more gateway process on `on` and returns its URL once healthy; all
+    are stopped (by PID) on exit."""
     started: list[ManagedProcess] = []
 
     def start(env: dict[str, str]) -> str:
@@ -108,8 +147,8 @@ def extra_gateway(local_stack: Stack) -> Iterator[Callable[[dict[str, str]], str
         process = ManagedProcess(
             name=f"gateway-extra-{port}",
             command=[sys.executable, "-m", "gateway"],
-            env={**local_stack.env, "PORT": str(port), "HOST": "127.0.0.1", **env},
-            log_path=local_stack.logs / f"gateway-extra-{port}.log",
+            env={**on.env, "PORT": str(port), "HOST": "127.0.0.1", **env},
+            log_path=on.logs / f"gateway-extra-{port}.log",
         )
         process.start()
         started.append(process)
@@ -125,6 +164,8 @@ def extra_gateway(local_stack: Stack) -> Iterator[Callable[[dict[str, str]], str
                 raise AssertionError(f"extra gateway did not start:\n{process.tail()}")
             time.sleep(0.2)
 
-    yield start
-    for process in started:
-        process.stop()
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.stop()

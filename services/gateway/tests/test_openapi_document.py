@@ -66,3 +66,16 @@ def test_list_parameters_offer_each_fields_operators(model: DataModel) -> None:
     assert "orderBy[tags]" not in names
     assert names["limit"]["schema"]["maximum"] == 200
     assert names["depth"]["schema"]["maximum"] == 1
+
+
+def test_responses_document_the_rate_limit_headers(model: DataModel) -> None:
+    document = build_document(model)
+    responses = document["paths"]["/rest/people"]["get"]["responses"]
+    assert set(responses["200"]["headers"]) == {
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "X-RateLimit-Reset",
+    }
+    assert "Retry-After" in responses["429"]["headers"]
+    assert "headers" not in responses["401"]
+    assert set(document["components"]["headers"]) >= {"Retry-After", "X-RateLimit-Reset"}

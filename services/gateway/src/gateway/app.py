@@ -34,6 +34,8 @@ from gateway.graphql.parts import registered_parts
 from gateway.graphql.schema import build_static_schema
 from gateway.health import healthz, livez
 from gateway.metrics import GatewayMetrics
+from gateway.ratelimit.http import RateLimitHeadersMiddleware
+from gateway.ratelimit.limiter import RateLimiter
 from gateway.rest import routes as rest
 from gateway.rest.openapi import open_api
 from gateway.routing import RouteTable
@@ -172,6 +174,12 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             principals=principals,
             models=models,
             subscriptions=hub,
+            rate_limiter=RateLimiter(
+                redis,
+                limit=settings.API_RATE_LIMITING_LIMIT,
+                window_ms=settings.API_RATE_LIMITING_TTL,
+                metrics=metrics,
+            ),
         )
         log.info("gateway ready", extra={"port": settings.PORT})
         try:
@@ -219,5 +227,6 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         ["GET", "POST"],
     )
     _add_rest_routes(app, routes)
+    app.add_middleware(RateLimitHeadersMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=metrics, routes=routes)
     return app

@@ -22,6 +22,8 @@ class GatewayMetrics:
     subscription_event_lag: Histogram
     subscription_overflows: Counter
     record_feed_resets: Counter
+    rate_limit_rejections: Counter
+    rate_limit_failures: Counter
 
     @classmethod
     def create(cls) -> GatewayMetrics:
@@ -86,6 +88,16 @@ class GatewayMetrics:
                 "gateway_record_feed_resets_total",
                 "Times the JetStream consumer of record events was recreated (NATS restart, "
                 "missed heartbeats or a sequence gap), resuming after the last event seen.",
+                registry=registry,
+            ),
+            rate_limit_rejections=Counter(
+                "gateway_rate_limit_rejections_total",
+                "Calls refused by the API rate limit (answered 429 / RATE_LIMIT_EXCEEDED).",
+                registry=registry,
+            ),
+            rate_limit_failures=Counter(
+                "gateway_rate_limit_failures_total",
+                "Rate-limit checks that could not reach Redis; the call was admitted (fail open).",
                 registry=registry,
             ),
         )

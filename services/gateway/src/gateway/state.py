@@ -12,6 +12,7 @@ from starlette.requests import HTTPConnection
 from crmkit.principal import PrincipalCodec
 from gateway.datamodel.cache import DataModelCache
 from gateway.metrics import GatewayMetrics
+from gateway.ratelimit.limiter import RateLimiter
 from gateway.settings import GatewaySettings
 from gateway.subscriptions.hub import SubscriptionHub
 from gateway.upstreams import Upstreams
@@ -29,6 +30,7 @@ class GatewayState:
     # Data models per workspace and what derives from them (GraphQL schemas, OpenAPI).
     models: DataModelCache
     subscriptions: SubscriptionHub
+    rate_limiter: RateLimiter
 
 
 def gateway_state(connection: HTTPConnection) -> GatewayState:

@@ -3,7 +3,9 @@
 `authenticate()` is what REST routes, the GraphQL endpoint and WebSocket connection_init call.
 It accepts JWT session and OAuth access tokens, API keys and personal access tokens; anything
 else (missing, malformed, bad signature, `alg: none`, expired, revoked, wrong workspace) is
-Unauthenticated, whose reason tells expired (TOKEN_EXPIRED) from invalid.
+Unauthenticated, whose reason tells expired (TOKEN_EXPIRED) from invalid. An HTTP request is
+then counted against the API rate limit, here and only here, so REST and GraphQL share it;
+WebSocket operations are counted as they start (gateway.subscriptions.admission).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from starlette.requests import HTTPConnection
 
 from crm.common.v1 import common_pb2
 from gateway.auth.verify import CredentialVerifier, bearer_token
+from gateway.ratelimit.http import admit_request
 from gateway.state import GatewayState, gateway_state
 
 _SCOPE_KEY = "crm.principal"
@@ -29,7 +32,7 @@ async def authenticate(
     """The verified principal of the request's `Authorization: Bearer` credential.
 
     WebSocket handlers pass the `authorization` value of the connection_init payload; HTTP
-    requests use their header. A request is verified once, however many callers ask.
+    requests use their header. A request is verified (and counted) once, however many callers ask.
     """
     if authorization is None:
         known = connection.scope.get(_SCOPE_KEY)
@@ -39,6 +42,8 @@ async def authenticate(
     principal = await credential_verifier(gateway_state(connection)).verify(
         bearer_token(authorization)
     )
+    if connection.scope["type"] == "http":
+        await admit_request(connection, principal)
     connection.scope[_SCOPE_KEY] = principal
     return principal
 

@@ -286,15 +286,50 @@ def _json_body(schema: Schema, description: str = "") -> Schema:
     return body
 
 
+# Sent on every response to an authenticated call (docs/api.md, Rate limits); absent only when
+# the limiter could not reach Redis, so none is `required`.
+_RATE_LIMIT_HEADERS: Schema = {
+    "X-RateLimit-Limit": {
+        "description": "Calls allowed per credential within the sliding window.",
+        "schema": {"type": "integer"},
+    },
+    "X-RateLimit-Remaining": {
+        "description": "Calls left in the window after this one.",
+        "schema": {"type": "integer"},
+    },
+    "X-RateLimit-Reset": {
+        "description": "Unix time (seconds) when the next slot frees.",
+        "schema": {"type": "integer"},
+    },
+}
+_RETRY_AFTER: Schema = {
+    "Retry-After": {
+        "description": "Seconds until the next slot frees.",
+        "schema": {"type": "integer"},
+    }
+}
+
+
+def _headers(code: str) -> Schema:
+    names = [*_RATE_LIMIT_HEADERS, *(_RETRY_AFTER if code == "429" else ())]
+    return {name: {"$ref": f"#/components/headers/{name}"} for name in names}
+
+
 def _responses(status: str, description: str, schema: Schema) -> Schema:
     responses: Schema = {
-        status: {"description": description, "content": {"application/json": {"schema": schema}}}
+        status: {
+            "description": description,
+            "headers": _headers(status),
+            "content": {"application/json": {"schema": schema}},
+        }
     }
     for code, text in _ERROR_STATUSES.items():
         responses[code] = {
             "description": text,
             "content": {"application/json": {"schema": _ref("Error")}},
         }
+        if code != "401":  # a refused credential is not counted
+            responses[code]["headers"] = _headers(code)
     return responses
 
 
@@ -599,6 +634,7 @@ def build_document(model: DataModel) -> dict[str, Any]:
                 "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
             },
             "schemas": schemas,
+            "headers": {**_RATE_LIMIT_HEADERS, **_RETRY_AFTER},
         },
     }
 

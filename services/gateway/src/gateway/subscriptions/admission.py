@@ -16,3 +16,6 @@ from gateway.state import GatewayState
 
 async def admit_operation(state: GatewayState, principal: common_pb2.Principal) -> None:
     state.metrics.websocket_operations.inc()
+    decision = await state.rate_limiter.check(principal)
+    if decision is not None and not decision.allowed:
+        raise decision.error()
