@@ -102,7 +102,10 @@ def read_trigger(message: wf.Trigger) -> TriggerSpec:
     if not obj:
         raise InvalidArgument("trigger.object is required", field="trigger.object")
     raw_filter = _json(message.filter_json, "trigger.filter")
-    parse_filter(raw_filter, field="trigger.filter")
+    try:
+        parse_filter(raw_filter, field="trigger.filter")
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"filter: {exc.message}", field="trigger.filter") from None
     fields = [name.strip() for name in message.fields if name.strip()]
     if fields and kind != RECORD_UPDATED:
         raise InvalidArgument(
