@@ -183,18 +183,19 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
     async def _checked(
         self, workspace_id: str, trigger: TriggerSpec, action: ActionSpec
     ) -> datetime | None:
-        """Check a definition against the data model, the outbound rules and its schedule;
-        return the first tick of a SCHEDULED trigger."""
+        """Check a definition's schedule, the outbound rules and the data model; return the
+        first tick of a SCHEDULED trigger."""
+        first_tick = None
+        if trigger.type == SCHEDULED:
+            first_tick = schedule.validate(
+                trigger.cron, trigger.timezone, self._min_interval, datetime.now(UTC)
+            )
         try:
             await check_url(templates.VARIABLE.sub("x", action.url), self._policy)
         except OutboundRefused as exc:
             raise InvalidArgument(f"action.url: {exc}", field="action.url") from None
         definitions.check_against_model(trigger, action, await self._schema(workspace_id))
-        if trigger.type != SCHEDULED:
-            return None
-        return schedule.validate(
-            trigger.cron, trigger.timezone, self._min_interval, datetime.now(UTC)
-        )
+        return first_tick
 
     async def CreateWorkflow(  # noqa: N802
         self, request: wf.CreateWorkflowRequest, context: Context
