@@ -208,9 +208,11 @@ class Flows:
             time.sleep(0.2)
 
     # -- records through the API (what a user does) ------------------------------------------
-    def rest(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def rest(
+        self, method: str, path: str, headers: dict[str, str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
         response = self.client.request(
-            method, f"/rest/{path}", headers=self.admin.headers, **kwargs
+            method, f"/rest/{path}", headers={**self.admin.headers, **(headers or {})}, **kwargs
         )
         assert response.status_code in (200, 201), response.text
         data: dict[str, Any] = response.json()["data"]
