@@ -111,7 +111,18 @@ def test_relations_fill_dotted_variables_and_urls_encode_values(flows: Flows) ->
     }
 
 
-def test_failed_attempts_are_retried_with_backoff_then_succeed_or_fail(flows: Flows) -> None:
+def metric(stack: Stack, line_start: str) -> float:
+    """The value of a sample of the (first) workflows process's /metrics."""
+    port = stack.instances["workflows"][0].metrics_port
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(line_start)]
+    return sum(values)
+
+
+def test_failed_attempts_are_retried_with_backoff_then_succeed_or_fail(
+    flows: Flows, local_stack: Stack
+) -> None:
+    retries_before = metric(local_stack, 'workflow_runs_total{status="retry"}')
     flaky_path, dead_path = flows.path(), flows.path()
     answers = iter([500, 502])
     flows.receiver.handlers[flaky_path] = lambda request: next(answers, 200)
@@ -129,6 +140,10 @@ def test_failed_attempts_are_retried_with_backoff_then_succeed_or_fail(flows: Fl
     assert failed["error"] == "HTTP 500: not handled"
     sent = flows.receiver.requests(dead_path)
     assert len(sent) == 4
+    # Runs by status and their duration are on the service's /metrics.
+    assert metric(local_stack, 'workflow_runs_total{status="retry"}') >= retries_before + 5
+    assert metric(local_stack, 'workflow_runs_total{status="failed"}') >= 1
+    assert metric(local_stack, "workflow_run_duration_seconds_count") >= 7
     # Four attempts of one run (the same origin header names the run).
     assert len({request.headers["x-crm-workflow-run"] for request in sent}) == 1
 
