@@ -36,6 +36,18 @@ async def serve(settings: WorkflowsSettings) -> None:
         max_size=settings.DB_POOL_MAX_SIZE,
         application_name="workflows",
     )
+    # Claims and attempt outcomes may be lost in a database crash without losing a run (the
+    # lease ends, the attempt repeats: at least once), so they skip waiting for the WAL flush.
+    # Event intake, ticks and the API use the durable pool: an event is acknowledged after its
+    # runs are stored.
+    run_pool = await db.create_pool(
+        settings.DATABASE_URL,
+        min_size=1,
+        max_size=4,
+        application_name="workflows-runner",
+        session_settings={"synchronous_commit": "off"},
+        reset_session=False,
+    )
     nats = await messaging.connect(settings.NATS_URL, "workflows")
     metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
     records_channel = open_channel(settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT)
@@ -58,7 +70,7 @@ async def serve(settings: WorkflowsSettings) -> None:
     )
     background: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if settings.WORKFLOW_RUNNER_ENABLED:
-        runner = Runner(settings, pool, executor, metrics)
+        runner = Runner(settings, run_pool, executor, metrics)
         intake = Intake(settings, nats, pool, records, principals, metrics, runner.wake)
         scheduler = Scheduler(pool, metrics, runner.wake)
         background = [intake.run, scheduler.run, runner.run]
@@ -86,7 +98,7 @@ async def serve(settings: WorkflowsSettings) -> None:
             ),
         ],
         background=background,
-        on_shutdown=[nats.drain, http.close, close_channels, pool.close],
+        on_shutdown=[nats.drain, http.close, close_channels, run_pool.close, pool.close],
     )
     await run_service(settings, registry, runtime)
 
