@@ -116,15 +116,19 @@ class Executor:
         if action.trigger_type == SCHEDULED:
             return tick_context(trigger_event, action)
         record = trigger_event.get("record")
-        context: dict[str, Any] = dict(record) if isinstance(record, Mapping) else {}
+        record_id = str(trigger_event.get("recordId") or "")
+        if not isinstance(record, Mapping):
+            # Too large for the event (record_omitted): read it, relations included.
+            return await self.load(workspace_id, action, record_id) if record_id else {}
+        context: dict[str, Any] = dict(record)
         heads = relation_heads(action.paths(), context)
         if heads and context.get("id"):
-            context.update(await self.relations(workspace_id, action, str(context["id"]), heads))
+            loaded = await self.load(workspace_id, action, str(context["id"]))
+            context.update({head: loaded.get(head) for head in heads})
         return context
 
-    async def relations(
-        self, workspace_id: str, action: Action, record_id: str, heads: list[str]
-    ) -> dict[str, Any]:
+    async def load(self, workspace_id: str, action: Action, record_id: str) -> dict[str, Any]:
+        """The record with its many-to-one relations nested ({} when it no longer exists)."""
         principal = system_principal(workspace_id, workflow_id=action.workflow_id)
         try:
             reply = await self._records.GetRecord(
@@ -138,10 +142,10 @@ class Executor:
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
-                return dict.fromkeys(heads)
-            raise RetryableError(f"cannot read the record's relations: {exc.details()}") from None
+                return {}
+            raise RetryableError(f"cannot read the record: {exc.details()}") from None
         loaded: dict[str, Any] = orjson.loads(reply.record_json)
-        return {head: loaded.get(head) for head in heads}
+        return loaded
 
     async def attempt(
         self,
