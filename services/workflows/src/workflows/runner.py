@@ -73,6 +73,14 @@ WHERE id = $1 AND lease IS NOT DISTINCT FROM $2::uuid
 """
 
 _NEXT_DUE = "SELECT min(next_attempt_at) FROM workflows.runs WHERE status IN ('queued', 'running')"
+# A test run is attempted by the API process that made it; if that process died mid-attempt the
+# run would stay running: it fails, saying so, once no attempt can still be going on.
+_INTERRUPTED_TESTS = """
+UPDATE workflows.runs
+SET status = 'failed', error = 'interrupted: the test was not finished', finished_at = now(),
+    updated_at = clock_timestamp()
+WHERE is_test AND status = 'running' AND started_at < now() - make_interval(secs => $1)
+"""
 _PRUNE = """
 DELETE FROM workflows.runs
 WHERE id IN (SELECT id FROM workflows.runs
@@ -250,6 +258,9 @@ class Runner:
         if now < self._next_prune:
             return
         self._next_prune = now + _PRUNE_SECONDS
+        await self._pool.execute(
+            _INTERRUPTED_TESTS, self._settings.WORKFLOW_TIMEOUT + _LEASE_MARGIN_SECONDS
+        )
         retention = float(self._settings.WORKFLOW_RUN_RETENTION)
         while True:
             status = await self._pool.execute(_PRUNE, retention, _PRUNE_CHUNK)
