@@ -40,12 +40,13 @@ SINK = Path(__file__).resolve().parent / "webhook_sink.py"
 
 
 class Receiver:
-    """bench/webhook_sink.py in its own process."""
+    """bench/webhook_sink.py in its own process (without a secret: unsigned requests)."""
 
-    def __init__(self, port: int, secret: str) -> None:
+    def __init__(self, port: int, secret: str | None) -> None:
         self.url = f"http://127.0.0.1:{port}"
+        signed = ["--secret", secret] if secret is not None else []
         self.process = subprocess.Popen(
-            [sys.executable, str(SINK), "--port", str(port), "--secret", secret],
+            [sys.executable, str(SINK), "--port", str(port), *signed],
             stdout=subprocess.DEVNULL,
         )
         if not wait_for_port(port, 30):

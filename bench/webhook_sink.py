@@ -1,10 +1,11 @@
 """A fast webhook receiver for the benchmark: a bare ASGI app under uvicorn (httptools, uvloop).
 
 Every POST is verified with `examples/webhook_receiver.verify` (timestamp window, HMAC,
-constant-time compare), then answered 200. For each event it keeps the delay from the commit
-(the payload's `timestamp`, the database's clock) to its arrival (this machine's clock, the
-same one). `GET /results` answers `{"count", "rejected", "events": [[id, delay_ms, arrived]]}`;
-`POST /reset` forgets everything.
+constant-time compare), then answered 200; without `--secret` (workflow requests, which are not
+signed) any JSON body with `id` and `timestamp` is taken as it comes. For each event it keeps
+the delay from the commit (the payload's `timestamp`, the database's clock) to its arrival (this
+machine's clock, the same one). `GET /results` answers
+`{"count", "rejected", "events": [[id, delay_ms, arrived]]}`; `POST /reset` forgets everything.
 
     python bench/webhook_sink.py --port 8010 --secret whsec_...
 """
@@ -28,7 +29,7 @@ Scope = dict[str, Any]
 
 
 class Sink:
-    def __init__(self, secret: str) -> None:
+    def __init__(self, secret: str | None) -> None:
         self.secret = secret
         self.events: dict[str, tuple[float, float]] = {}  # id -> (delay ms, arrival)
         self.rejected = 0
@@ -56,11 +57,15 @@ class Sink:
         arrived = time.time()
         headers = {key.decode().lower(): value.decode() for key, value in scope["headers"]}
         try:
-            payload = verify(
-                self.secret,
-                body,
-                headers.get("x-service-signature"),
-                headers.get("x-service-timestamp"),
+            payload = (
+                verify(
+                    self.secret,
+                    body,
+                    headers.get("x-service-signature"),
+                    headers.get("x-service-timestamp"),
+                )
+                if self.secret is not None
+                else _unsigned(body)
             )
         except VerificationError as exc:
             self.rejected += 1
@@ -93,10 +98,20 @@ class Sink:
         await send({"type": "http.response.body", "body": body})
 
 
+def _unsigned(body: bytes) -> dict[str, Any]:
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise VerificationError("the body is not JSON") from None
+    if not isinstance(payload, dict) or not {"id", "timestamp"} <= payload.keys():
+        raise VerificationError("the body has no id and timestamp")
+    return payload
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="benchmark webhook receiver")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--secret", required=True)
+    parser.add_argument("--secret", help="the webhook secret; none: unsigned requests")
     args = parser.parse_args()
     uvicorn.run(
         Sink(args.secret),

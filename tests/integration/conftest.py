@@ -36,6 +36,12 @@ TEST_ENV: dict[str, str] = {
     "WEBHOOK_RETRY_DELAYS": "1,2,3",
     "WEBHOOK_TIMEOUT": "5",
     "WEBHOOK_CONSUMER_ACK_WAIT": "10",
+    # Workflow runs retry after 1, 2 and 3 seconds, actions time out after 5 s (a lease then
+    # lasts 15 s), and schedules may fire every second (seconds-level cron in the tests).
+    "WORKFLOW_RETRY_DELAYS": "1,2,3",
+    "WORKFLOW_TIMEOUT": "5",
+    "WORKFLOW_CONSUMER_ACK_WAIT": "10",
+    "WORKFLOW_MIN_SCHEDULE_INTERVAL": "1",
     "LOG_LEVEL": "INFO",
     # The metadata reconciler's full pass; short so drift repair is seen within a test.
     "METADATA_RECONCILE_INTERVAL": "2",

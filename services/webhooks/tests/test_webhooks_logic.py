@@ -12,14 +12,13 @@ import pytest
 
 from crm.events.v1 import events_pb2
 from crmkit.errors import InvalidArgument
+from crmkit.retries import next_step, parse_retry_delays
 from examples.webhook_receiver import VerificationError, verify
-from webhooks.dispatcher import next_step
 from webhooks.intake import decode
 from webhooks.operations import matching_patterns, validate_operations
 from webhooks.payload import EventPayload, PayloadTooLarge, build_body, iso_timestamp
 from webhooks.sealing import SecretBox, SecretUnavailable, new_secret
 from webhooks.servicer import validate_target_url
-from webhooks.settings import parse_retry_delays
 from webhooks.signing import signature
 
 KNOWN = ["person", "company", "invoice"]
@@ -134,7 +133,8 @@ def test_secrets_are_sealed_per_webhook_and_app_secret() -> None:
 
 def test_retry_schedule_follows_the_delays_then_fails() -> None:
     delays = (60.0, 300.0, 900.0, 3600.0, 21600.0)
-    assert next_step(1, True, delays) == ("delivered", 0.0)
+    assert next_step(1, True, delays, success="delivered") == ("delivered", 0.0)
+    assert next_step(1, True, delays) == ("succeeded", 0.0)
     assert [next_step(n, False, delays) for n in range(1, 7)] == [
         ("retry", 60.0),
         ("retry", 300.0),

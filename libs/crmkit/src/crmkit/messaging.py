@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.aio.msg import Msg
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
@@ -66,3 +79,71 @@ async def ensure_record_stream(js: JetStreamContext) -> None:
     except NotFoundError:
         await js.add_stream(config)
         log.info("created stream", extra={"stream": RECORD_EVENTS_STREAM})
+
+
+_IDLE_FETCH_SECONDS = 5.0
+_DRAIN_FETCH_SECONDS = 0.01
+
+
+async def durable_record_consumer(
+    nats_client: NatsClient, durable: str, *, ack_wait: float, max_ack_pending: int
+) -> Any:
+    """A pull subscription to the record events through the durable consumer `durable`.
+
+    Every replica of a worker binds to the same consumer (explicit ack), so each event goes to
+    one replica at a time and comes again if it is not acknowledged within `ack_wait`. A new
+    consumer starts at the stream's beginning, so events published before the worker first ran
+    are not skipped (consumers are idempotent on the event id). Waits for NATS as long as needed.
+    """
+    config = ConsumerConfig(
+        durable_name=durable,
+        name=durable,
+        filter_subject=RECORD_EVENTS_SUBJECTS[0],
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait,
+        max_ack_pending=max_ack_pending,
+        deliver_policy=DeliverPolicy.ALL,
+        max_deliver=-1,
+    )
+    js = nats_client.jetstream()
+    while True:
+        try:
+            await ensure_record_stream(js)
+            try:
+                await js.add_consumer(RECORD_EVENTS_STREAM, config=config)
+            except Exception as exc:  # exists with settings that cannot change: keep it
+                log.warning("consumer %s kept as it is: %s", durable, exc)
+            return await js.pull_subscribe_bind(durable=durable, stream=RECORD_EVENTS_STREAM)
+        except Exception as exc:  # NATS not reachable yet: keep trying
+            log.warning("cannot subscribe to record events yet: %s", exc)
+            await asyncio.sleep(1)
+
+
+def _pending_after(message: Msg) -> bool:
+    """Whether the stream holds more messages for the consumer after this one."""
+    try:
+        return bool(message.metadata.num_pending)
+    except Exception:  # not a JetStream message: assume there may be more
+        return True
+
+
+async def fetch_batches(subscription: Any, batch: int) -> AsyncIterator[list[Msg]]:
+    """Messages of a pull subscription as they come, up to `batch` at a time.
+
+    One message is awaited; what is already waiting behind it joins the batch, so a lone event is
+    handled at once and a burst in few round trips. NATS errors are retried forever.
+    """
+    while True:
+        try:
+            messages = await subscription.fetch(1, timeout=_IDLE_FETCH_SECONDS)
+        except TimeoutError:
+            continue
+        except Exception as exc:  # NATS away or reconnecting: try again shortly
+            log.debug("fetch failed: %s", exc)
+            await asyncio.sleep(0.5)
+            continue
+        if batch > 1 and _pending_after(messages[-1]):
+            # More already waiting joins the batch; a timeout means none (or NATS went away).
+            with contextlib.suppress(Exception):
+                messages += await subscription.fetch(batch - 1, timeout=_DRAIN_FETCH_SECONDS)
+        yield messages

@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from crmkit.errors import InvalidArgument
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (host, port) -> the addresses it resolves to, as strings.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -146,6 +148,29 @@ def _literal(host: str) -> IPAddress | None:
         return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return None
+
+
+def validate_http_url(value: str, field: str, *, max_length: int = 2048) -> str:
+    """A configured http(s) URL, stripped; InvalidArgument naming `field` when it is not one."""
+    url = value.strip()
+    if not url:
+        raise InvalidArgument(f"{field} is required", field=field)
+    if len(url) > max_length:
+        raise InvalidArgument(f"{field} must be at most {max_length} characters", field=field)
+    if any(ord(char) < 33 or ord(char) == 127 for char in url):
+        raise InvalidArgument(f"{field} must not contain spaces or control characters", field=field)
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise InvalidArgument(f"{field} must be an http or https URL", field=field)
+    if not parts.hostname:
+        raise InvalidArgument(f"{field} must name a host", field=field)
+    if parts.username is not None or parts.password is not None:
+        raise InvalidArgument(f"{field} must not contain a user name or password", field=field)
+    try:
+        _ = parts.port
+    except ValueError:
+        raise InvalidArgument(f"{field} has an invalid port", field=field) from None
+    return url
 
 
 def target_origin(url: str) -> str:

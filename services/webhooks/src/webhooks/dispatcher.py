@@ -30,10 +30,12 @@ from datetime import UTC, datetime
 
 import asyncpg
 
+from crmkit.http_send import HttpAttempt
+from crmkit.retries import next_step
 from webhooks.metrics import WebhooksMetrics
 from webhooks.payload import EventPayload, PayloadTooLarge, build_body
 from webhooks.sealing import SecretBox, SecretUnavailable
-from webhooks.sender import AttemptResult, Sender
+from webhooks.sender import Sender
 from webhooks.settings import WebhooksSettings
 
 log = logging.getLogger("webhooks.dispatcher")
@@ -139,18 +141,9 @@ class Claimed:
 @dataclass(frozen=True)
 class Outcome:
     delivery: Claimed
-    result: AttemptResult
+    result: HttpAttempt
     outcome: str  # delivered, retry, failed
     retry_in: float
-
-
-def next_step(attempt: int, delivered: bool, delays: tuple[float, ...]) -> tuple[str, float]:
-    """After attempt number `attempt` (1-based): delivered, retry after n seconds, or failed."""
-    if delivered:
-        return "delivered", 0.0
-    if attempt <= len(delays):
-        return "retry", delays[attempt - 1]
-    return "failed", 0.0
 
 
 class Dispatcher:
@@ -302,19 +295,21 @@ class Dispatcher:
         except (PayloadTooLarge, SecretUnavailable) as exc:
             # Nothing can be sent, now or later: fail at once, saying why.
             now = datetime.now(UTC)
-            result = AttemptResult(False, None, 0, str(exc), now)
+            result = HttpAttempt(False, None, "", 0, str(exc), now)
             self._outcomes.put_nowait(Outcome(delivery, result, "failed", 0.0))
             return
         result = await self._sender.send(delivery.target_url, secret, body)
         self._outcomes.put_nowait(self._judge(delivery, result))
 
-    def _judge(self, delivery: Claimed, result: AttemptResult) -> Outcome:
+    def _judge(self, delivery: Claimed, result: HttpAttempt) -> Outcome:
         self._metrics.attempt_duration.observe(result.latency_ms / 1000)
-        if result.delivered:
+        if result.ok:
             self._metrics.event_to_delivery.observe(
                 max((datetime.now(UTC) - delivery.occurred_at).total_seconds(), 0.0)
             )
-        outcome, retry_in = next_step(delivery.attempts + 1, result.delivered, self._delays)
+        outcome, retry_in = next_step(
+            delivery.attempts + 1, result.ok, self._delays, success="delivered"
+        )
         if outcome != "delivered":
             log.info(
                 "delivery attempt failed",

@@ -12,7 +12,6 @@ JetStream send them again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,10 +21,9 @@ from typing import Any
 import asyncpg
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from crm.events.v1 import events_pb2
-from crmkit.messaging import RECORD_EVENTS_STREAM, RECORD_EVENTS_SUBJECTS, ensure_record_stream
+from crmkit.messaging import durable_record_consumer, fetch_batches
 from webhooks.metrics import WebhooksMetrics
 from webhooks.settings import WebhooksSettings
 
@@ -33,8 +31,6 @@ log = logging.getLogger("webhooks.intake")
 
 DURABLE = "webhooks-deliverer"
 BATCH = 256
-_IDLE_FETCH_SECONDS = 5.0
-_DRAIN_FETCH_SECONDS = 0.01
 _ACTIONS = {
     events_pb2.RECORD_ACTION_CREATED: "created",
     events_pb2.RECORD_ACTION_UPDATED: "updated",
@@ -112,14 +108,6 @@ def decode(data: bytes) -> DecodedEvent | None:
     )
 
 
-def _pending_after(message: Msg) -> bool:
-    """Whether the stream holds more messages for the consumer after this one."""
-    try:
-        return bool(message.metadata.num_pending)
-    except Exception:  # not a JetStream message: assume there may be more
-        return True
-
-
 class Intake:
     def __init__(
         self,
@@ -136,48 +124,14 @@ class Intake:
         self._on_queued = on_queued
 
     async def run(self) -> None:
-        subscription = await self._subscribe()
-        while True:
-            try:
-                messages = await subscription.fetch(1, timeout=_IDLE_FETCH_SECONDS)
-            except TimeoutError:
-                continue
-            except Exception as exc:  # NATS away or reconnecting: try again shortly
-                log.debug("fetch failed: %s", exc)
-                await asyncio.sleep(0.5)
-                continue
-            if _pending_after(messages[-1]):
-                # More already waiting joins the batch; a timeout means none (or NATS went away).
-                with contextlib.suppress(Exception):
-                    messages += await subscription.fetch(BATCH - 1, timeout=_DRAIN_FETCH_SECONDS)
-            await self._handle(messages)
-
-    async def _subscribe(self) -> Any:
-        js = self._nats.jetstream()
-        config = ConsumerConfig(
-            durable_name=DURABLE,
-            name=DURABLE,
-            filter_subject=RECORD_EVENTS_SUBJECTS[0],
-            ack_policy=AckPolicy.EXPLICIT,
+        subscription = await durable_record_consumer(
+            self._nats,
+            DURABLE,
             ack_wait=float(self._settings.WEBHOOK_CONSUMER_ACK_WAIT),
             max_ack_pending=4 * BATCH * 8,
-            # From the stream's start when the consumer is first made, so events published before
-            # this process first ran are not skipped; deliveries are idempotent on (webhook,
-            # event), so nothing is sent twice.
-            deliver_policy=DeliverPolicy.ALL,
-            max_deliver=-1,
         )
-        while True:
-            try:
-                await ensure_record_stream(js)
-                try:
-                    await js.add_consumer(RECORD_EVENTS_STREAM, config=config)
-                except Exception as exc:  # exists with settings that cannot change: keep it
-                    log.warning("consumer %s kept as it is: %s", DURABLE, exc)
-                return await js.pull_subscribe_bind(durable=DURABLE, stream=RECORD_EVENTS_STREAM)
-            except Exception as exc:  # NATS not reachable yet: keep trying
-                log.warning("cannot subscribe to record events yet: %s", exc)
-                await asyncio.sleep(1)
+        async for messages in fetch_batches(subscription, BATCH):
+            await self._handle(messages)
 
     async def _handle(self, messages: list[Msg]) -> None:
         events: list[DecodedEvent] = []

@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 import grpc
@@ -22,7 +21,14 @@ from crm.webhooks.v1 import webhooks_pb2 as wh
 from crm.webhooks.v1 import webhooks_pb2_grpc
 from crmkit.authz import require_flag
 from crmkit.errors import FailedPrecondition, InvalidArgument, NotFound, from_rpc_error
-from crmkit.outbound import OutboundPolicy, OutboundRefused, check_url, target_origin
+from crmkit.outbound import (
+    OutboundPolicy,
+    OutboundRefused,
+    check_url,
+    target_origin,
+    validate_http_url,
+)
+from crmkit.paging import read_page
 from crmkit.principal import PrincipalCodec, system_principal
 from webhooks import store
 from webhooks.operations import validate_operations
@@ -91,30 +97,7 @@ def delivery_message(row: Any, attempts: list[Any]) -> wh.WebhookDelivery:
 
 
 def validate_target_url(value: str) -> str:
-    url = value.strip()
-    if not url:
-        raise InvalidArgument("targetUrl is required", field="targetUrl")
-    if len(url) > MAX_URL_LENGTH:
-        raise InvalidArgument(
-            f"targetUrl must be at most {MAX_URL_LENGTH} characters", field="targetUrl"
-        )
-    if any(ord(char) < 33 or ord(char) == 127 for char in url):
-        raise InvalidArgument("targetUrl must not contain spaces or control characters",
-                              field="targetUrl")  # fmt: skip
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https"):
-        raise InvalidArgument("targetUrl must be an http or https URL", field="targetUrl")
-    if not parts.hostname:
-        raise InvalidArgument("targetUrl must name a host", field="targetUrl")
-    if parts.username is not None or parts.password is not None:
-        raise InvalidArgument(
-            "targetUrl must not contain a user name or password", field="targetUrl"
-        )
-    try:
-        _ = parts.port
-    except ValueError:
-        raise InvalidArgument("targetUrl has an invalid port", field="targetUrl") from None
-    return url
+    return validate_http_url(value, "targetUrl", max_length=MAX_URL_LENGTH)
 
 
 def validate_description(value: str) -> str:
@@ -204,7 +187,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
     ) -> wh.ListWebhooksResponse:
         principal = self._caller(context)
         rows, info = await store.list_webhooks(
-            self._pool, principal.workspace_id, store.read_page(request.page)
+            self._pool, principal.workspace_id, read_page(request.page)
         )
         return wh.ListWebhooksResponse(
             webhooks=[webhook_message(row) for row in rows], page_info=info
@@ -283,7 +266,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         if not request.webhook_id:
             raise InvalidArgument("webhookId is required", field="webhookId")
         webhook_id = _uuid(request.webhook_id, "webhookId")
-        page = store.read_page(request.page)
+        page = read_page(request.page)
         if await store.get_webhook(self._pool, principal.workspace_id, webhook_id) is None:
             raise NotFound("webhook not found", field="webhookId")
         status = STATUS_NAMES.get(request.status)

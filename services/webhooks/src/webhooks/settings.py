@@ -4,28 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from crmkit.retries import parse_retry_delays
 from crmkit.settings import DatabaseSettings, Duration, GrpcServiceSettings, NatsSettings
 
 DEFAULT_RETRY_DELAYS = "60,300,900,3600,21600"
-
-
-def parse_retry_delays(text: str) -> tuple[float, ...]:
-    """`60,300,900` -> (60.0, 300.0, 900.0); an empty string means no retries."""
-    delays: list[float] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            value = float(part)
-        except ValueError:
-            raise ValueError(f"{part!r} is not a number of seconds") from None
-        if not 0 < value <= 7 * 24 * 3600:
-            raise ValueError(f"{part!r}: each delay must be more than 0 and at most 7 days")
-        delays.append(value)
-    if len(delays) > 20:
-        raise ValueError("at most 20 retries")
-    return tuple(delays)
 
 
 class WebhooksSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):

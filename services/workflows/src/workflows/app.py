@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
+from typing import Any
+
 from prometheus_client import CollectorRegistry
 
+from crm.metadata.v1 import metadata_pb2_grpc
+from crm.records.v1 import records_pb2_grpc
 from crm.workflows.v1 import workflows_pb2, workflows_pb2_grpc
-from crmkit import db
+from crmkit import db, messaging
+from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
+from crmkit.outbound import OutboundPolicy, guarded_session
+from crmkit.principal import PrincipalCodec
+from crmkit.workflow_origin import WorkflowOrigin
+from workflows.execution import USER_AGENT, Executor
+from workflows.intake import Intake
+from workflows.metrics import WorkflowsMetrics
+from workflows.runner import Runner
+from workflows.scheduler import Scheduler
 from workflows.servicer import WorkflowServicer
 from workflows.settings import WorkflowsSettings
 
@@ -15,21 +29,76 @@ SCHEMA = "workflows"
 
 async def serve(settings: WorkflowsSettings) -> None:
     registry = CollectorRegistry()
+    metrics = WorkflowsMetrics.create(registry)
     pool = await db.create_pool(
         settings.DATABASE_URL,
         min_size=settings.DB_POOL_MIN_SIZE,
         max_size=settings.DB_POOL_MAX_SIZE,
         application_name="workflows",
     )
+    # Claims and attempt outcomes may be lost in a database crash without losing a run (the
+    # lease ends, the attempt repeats: at least once), so they skip waiting for the WAL flush.
+    # Event intake, ticks and the API use the durable pool: an event is acknowledged after its
+    # runs are stored.
+    run_pool = await db.create_pool(
+        settings.DATABASE_URL,
+        min_size=1,
+        max_size=4,
+        application_name="workflows-runner",
+        session_settings={"synchronous_commit": "off"},
+        reset_session=False,
+    )
+    nats = await messaging.connect(settings.NATS_URL, "workflows")
+    metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
+    records_channel = open_channel(settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT)
+    records = records_pb2_grpc.RecordsServiceStub(records_channel)
+    principals = PrincipalCodec(settings.APP_SECRET)
+    policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)
+    http = guarded_session(
+        policy,
+        limit=settings.WORKFLOW_MAX_CONCURRENCY,
+        keepalive_timeout=30.0,
+        user_agent=USER_AGENT,
+    )
+    executor = Executor(
+        http,
+        settings.WORKFLOW_TIMEOUT,
+        records,
+        principals,
+        WorkflowOrigin(settings.APP_SECRET),
+        metrics,
+    )
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = []
+    if settings.WORKFLOW_RUNNER_ENABLED:
+        runner = Runner(settings, run_pool, executor, metrics)
+        intake = Intake(settings, nats, pool, records, principals, metrics, runner.wake)
+        scheduler = Scheduler(pool, metrics, runner.wake)
+        background = [intake.run, scheduler.run, runner.run]
+    servicer = WorkflowServicer(
+        pool,
+        principals,
+        metadata_pb2_grpc.MetadataServiceStub(metadata_channel),
+        records,
+        policy,
+        executor,
+        metrics,
+        float(settings.WORKFLOW_MIN_SCHEDULE_INTERVAL),
+    )
+
+    async def close_channels() -> None:
+        await metadata_channel.close()
+        await records_channel.close()
+
     runtime = ServiceRuntime(
         bindings=[
             ServicerBinding(
-                WorkflowServicer(),  # type: ignore[abstract]  # until its issue implements it
+                servicer,
                 workflows_pb2_grpc.add_WorkflowServiceServicer_to_server,
                 service_name(workflows_pb2, "WorkflowService"),
             ),
         ],
-        on_shutdown=[pool.close],
+        background=background,
+        on_shutdown=[nats.drain, http.close, close_channels, run_pool.close, pool.close],
     )
     await run_service(settings, registry, runtime)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from starlette.requests import HTTPConnection
 
 from crm.common.v1 import common_pb2
+from crmkit.workflow_origin import WORKFLOW_RUN_HEADER, WorkflowOrigin
 from gateway.auth.verify import CredentialVerifier, bearer_token
 from gateway.ratelimit.http import admit_request
 from gateway.state import GatewayState, gateway_state
@@ -39,13 +40,29 @@ async def authenticate(
         if isinstance(known, common_pb2.Principal):
             return known
         authorization = connection.headers.get("authorization")
-    principal = await credential_verifier(gateway_state(connection)).verify(
-        bearer_token(authorization)
-    )
+    state = gateway_state(connection)
+    principal = await credential_verifier(state).verify(bearer_token(authorization))
+    origin = connection.headers.get(WORKFLOW_RUN_HEADER)
+    if origin:
+        principal = _from_workflow(principal, origin, state.settings.APP_SECRET)
     if connection.scope["type"] == "http":
         await admit_request(connection, principal)
     connection.scope[_SCOPE_KEY] = principal
     return principal
+
+
+def _from_workflow(
+    principal: common_pb2.Principal, origin: str, app_secret: str
+) -> common_pb2.Principal:
+    """The principal stamped with the workflow whose run sent this request (see
+    crmkit.workflow_origin), so the writes it makes do not trigger that workflow again."""
+    workflow_id = WorkflowOrigin(app_secret).workflow_of(origin, principal.workspace_id)
+    if workflow_id is None:
+        return principal
+    stamped = common_pb2.Principal()
+    stamped.CopyFrom(principal)
+    stamped.workflow_id = workflow_id
+    return stamped
 
 
 __all__ = ["authenticate"]

@@ -63,6 +63,14 @@ def registered_parts() -> tuple[SchemaPart, ...]:
     from gateway.auth.graphql import IDENTITY_PART
     from gateway.graphql.metadata_ops import METADATA_PART
     from gateway.graphql.webhooks import WEBHOOKS_PART
+    from gateway.graphql.workflows import WORKFLOWS_PART
     from gateway.subscriptions.fields import SUBSCRIPTIONS_PART
 
-    return (VERSION_PART, IDENTITY_PART, METADATA_PART, WEBHOOKS_PART, SUBSCRIPTIONS_PART)
+    return (
+        VERSION_PART,
+        IDENTITY_PART,
+        METADATA_PART,
+        WEBHOOKS_PART,
+        WORKFLOWS_PART,
+        SUBSCRIPTIONS_PART,
+    )

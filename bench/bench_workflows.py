@@ -1,0 +1,179 @@
+"""Workflow runs from the triggering write to the request's arrival at a fast receiver.
+
+Latency at 50 events/s: one `POST /rest/opportunities` every 20 ms, with an active
+RECORD_CREATED workflow posting `{"id": "{{id}}", "timestamp": "{{createdAt}}"}` to the
+receiver; trigger-to-request per event = arrival - the record's createdAt (the write's
+transaction time, on the database's clock; both clocks are this machine's). Budget: p99 under
+250 ms. The receiver is `bench/webhook_sink.py` without a secret (workflow requests are not
+signed), in its own process.
+
+    .venv/bin/python bench/bench_workflows.py            # starts a stack, 30 s at 50 events/s
+    .venv/bin/python bench/bench_workflows.py --smoke    # seconds, proves it works
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.bench_webhooks import Receiver
+from bench.benchlib import BenchContext, Result, format_table, percentile
+from crmstack.ports import free_port
+
+RATE = 50.0  # events per second
+P99_BUDGET_MS = 250.0
+BODY = '{"id": "{{id}}", "timestamp": "{{createdAt}}"}'
+
+
+async def _signup(http: httpx.AsyncClient) -> dict[str, str]:
+    response = await http.post(
+        "/auth/signup",
+        json={
+            "email": f"bench-{secrets.token_hex(6)}@example.com",
+            "password": "correct horse battery",
+            "firstName": "Bench",
+            "lastName": "Mark",
+            "workspaceName": "Workflow bench",
+        },
+    )
+    response.raise_for_status()
+    return {"Authorization": f"Bearer {response.json()['accessToken']}"}
+
+
+async def _graphql(
+    http: httpx.AsyncClient, headers: dict[str, str], query: str, variables: dict[str, Any]
+) -> dict[str, Any]:
+    response = await http.post(
+        "/graphql", headers=headers, json={"query": query, "variables": variables}
+    )
+    body: dict[str, Any] = response.json()
+    if body.get("errors"):
+        raise RuntimeError(f"GraphQL call failed: {body['errors']}")
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+async def _create_workflow(http: httpx.AsyncClient, headers: dict[str, str], url: str) -> str:
+    created = await _graphql(
+        http,
+        headers,
+        "mutation($input: CreateWorkflowInput!) { createWorkflow(input: $input) { id } }",
+        {
+            "input": {
+                "name": "bench",
+                "trigger": {"type": "RECORD_CREATED", "object": "opportunity"},
+                "action": {"url": url, "body": BODY},
+            }
+        },
+    )
+    workflow_id: str = created["createWorkflow"]["id"]
+    await _graphql(
+        http,
+        headers,
+        "mutation($id: UUID!) { activateWorkflow(id: $id) { status } }",
+        {"id": workflow_id},
+    )
+    return workflow_id
+
+
+async def _latency(
+    http: httpx.AsyncClient, headers: dict[str, str], receiver: Receiver, seconds: float
+) -> Result:
+    await receiver.reset(http)
+    total = int(seconds * RATE)
+    gate = asyncio.Semaphore(64)
+    failures: list[int] = []
+
+    async def create(index: int) -> None:
+        async with gate:
+            response = await http.post(
+                "/rest/opportunities", headers=headers, json={"name": f"d{index}"}, timeout=30
+            )
+            if response.status_code != 201:
+                failures.append(response.status_code)
+
+    started = time.monotonic()
+    tasks = []
+    for index in range(total):
+        delay = started + index / RATE - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(create(index)))
+    await asyncio.gather(*tasks)
+    results = await receiver.wait_for(http, total - len(failures), timeout=120)
+    delays = [event[1] for event in results["events"]]
+    p99 = percentile(delays, 99)
+    return Result(
+        operation=f"workflow: trigger -> request at {RATE:.0f} events/s",
+        concurrency=1,
+        requests=results["count"],
+        seconds=seconds,
+        p50_ms=percentile(delays, 50),
+        p99_ms=p99,
+        budget=f"p99 < {P99_BUDGET_MS:.0f} ms",
+        passed=results["count"] == total and not failures and p99 < P99_BUDGET_MS,
+        notes=f"{results['count']}/{total} requests received, {len(failures)} writes failed, "
+        f"{results['rejected']} rejected",
+    )
+
+
+async def run(ctx: BenchContext) -> list[Result]:
+    port = free_port()
+    receiver = Receiver(port, None)
+    try:
+        async with httpx.AsyncClient(base_url=ctx.base_url, timeout=60) as http:
+            headers = await _signup(http)
+            await _create_workflow(http, headers, f"http://127.0.0.1:{port}/flow")
+            return [await _latency(http, headers, receiver, 2.0 if ctx.smoke else 30.0)]
+    finally:
+        receiver.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="seconds-long run")
+    args = parser.parse_args()
+
+    from crmstack.stack import Stack, StackConfig
+
+    data_dir = Path(tempfile.mkdtemp(prefix="crm-bench-workflows-"))
+    stack = Stack(
+        StackConfig(
+            data_dir=data_dir,
+            app_secret=secrets.token_urlsafe(48),
+            extra_env={
+                "LOG_LEVEL": "WARNING",
+                "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
+                "API_RATE_LIMITING_LIMIT": "100000000",  # the benchmark measures runs, not limits
+            },
+        )
+    )
+    stack.start()
+    try:
+        context = BenchContext(
+            base_url=stack.base_url,
+            smoke=args.smoke,
+            database_url=stack.env["DATABASE_URL"],
+            nats_url=stack.env["NATS_URL"],
+        )
+        results = asyncio.run(run(context))
+    finally:
+        stack.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    print(format_table(results))
+    for row in results:
+        print(f"  {row.operation}: {row.requests_per_second:.0f}/s; {row.notes}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""SQL of the workflow API: configurations, status changes and the run log."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from crm.common.v1 import common_pb2
+from crmkit.paging import Page, page_info
+from workflows.definitions import ActionSpec, TriggerSpec
+
+Connection = asyncpg.Connection | PoolConnectionProxy
+
+WORKFLOW_COLUMNS = (
+    "id::text, workspace_id::text, name, status, trigger_type, object, filter, fields, cron, "
+    "timezone, method, url, headers, body, next_run_at, last_run_at, created_at, updated_at"
+)
+RUN_COLUMNS = (
+    "id::text, workflow_id::text, status, is_test, trigger_event, request_method, request_url, "
+    "request_headers, request_body, response_status, response_excerpt, duration_ms, attempts, "
+    "error, created_at, started_at, finished_at"
+)
+DEACTIVATED = "workflow deactivated before this run was sent"
+
+
+def definition_columns(trigger: TriggerSpec, action: ActionSpec) -> dict[str, Any]:
+    return {
+        "trigger_type": trigger.type,
+        "object": trigger.object,
+        "filter": trigger.filter,
+        "fields": trigger.fields,
+        "cron": trigger.cron,
+        "timezone": trigger.timezone,
+        "method": action.method,
+        "url": action.url,
+        "headers": action.headers,
+        "body": action.body,
+    }
+
+
+async def insert_workflow(
+    pool: asyncpg.Pool, workspace_id: str, name: str, columns: dict[str, Any]
+) -> asyncpg.Record:
+    names = ["id", "workspace_id", "name", *columns]
+    values = [uuid.uuid4(), workspace_id, name, *columns.values()]
+    placeholders = ", ".join(f"${index}" for index in range(1, len(values) + 1))
+    row = await pool.fetchrow(
+        f"INSERT INTO workflows.workflows ({', '.join(names)}) VALUES ({placeholders}) "
+        f"RETURNING {WORKFLOW_COLUMNS}",
+        *values,
+    )
+    assert row is not None
+    return row
+
+
+async def get_workflow(
+    connection: asyncpg.Pool | Connection,
+    workspace_id: str,
+    workflow_id: str,
+    *,
+    lock: bool = False,
+) -> asyncpg.Record | None:
+    row: asyncpg.Record | None = await connection.fetchrow(
+        f"SELECT {WORKFLOW_COLUMNS} FROM workflows.workflows WHERE id = $1 AND workspace_id = $2"
+        + (" FOR UPDATE" if lock else ""),
+        workflow_id,
+        workspace_id,
+    )
+    return row
+
+
+async def list_workflows(
+    pool: asyncpg.Pool, workspace_id: str, status: str | None, page: Page
+) -> tuple[list[asyncpg.Record], common_pb2.PageInfo]:
+    rows = await pool.fetch(
+        f"SELECT {WORKFLOW_COLUMNS} FROM workflows.workflows WHERE workspace_id = $1 "
+        "AND ($2::text IS NULL OR status = $2) "
+        "AND ($3::uuid IS NULL OR (created_at, id) > (SELECT created_at, id FROM "
+        "workflows.workflows WHERE id = $3 AND workspace_id = $1)) "
+        "ORDER BY created_at, id LIMIT $4",
+        workspace_id,
+        status,
+        page.after,
+        page.size + 1,
+    )
+    return page_info(rows, page)
+
+
+async def update_workflow(
+    connection: Connection, workspace_id: str, workflow_id: str, changes: dict[str, Any]
+) -> asyncpg.Record | None:
+    """Apply `changes` (column -> value; columns chosen by the caller, never by input)."""
+    assignments = [f"{column} = ${index}" for index, column in enumerate(changes, start=3)]
+    assignments.append("updated_at = clock_timestamp()")
+    row: asyncpg.Record | None = await connection.fetchrow(
+        f"UPDATE workflows.workflows SET {', '.join(assignments)} "
+        f"WHERE id = $1 AND workspace_id = $2 RETURNING {WORKFLOW_COLUMNS}",
+        workflow_id,
+        workspace_id,
+        *changes.values(),
+    )
+    return row
+
+
+async def fail_queued_runs(connection: Connection, workflow_id: str, reason: str) -> None:
+    """Runs waiting for a first or next attempt fail (one being sent now finishes)."""
+    await connection.execute(
+        "UPDATE workflows.runs SET status = 'failed', next_attempt_at = NULL, error = $2, "
+        "finished_at = now(), updated_at = clock_timestamp() "
+        "WHERE workflow_id = $1 AND status = 'queued'",
+        workflow_id,
+        reason,
+    )
+
+
+async def delete_workflow(pool: asyncpg.Pool, workspace_id: str, workflow_id: str) -> bool:
+    status = await pool.execute(
+        "DELETE FROM workflows.workflows WHERE id = $1 AND workspace_id = $2",
+        workflow_id,
+        workspace_id,
+    )
+    return bool(status == "DELETE 1")
+
+
+# -- runs ----------------------------------------------------------------------------------------
+async def list_runs(
+    pool: asyncpg.Pool, workspace_id: str, workflow_id: str, status: str | None, page: Page
+) -> tuple[list[asyncpg.Record], common_pb2.PageInfo]:
+    rows = await pool.fetch(
+        f"SELECT {RUN_COLUMNS} FROM workflows.runs WHERE workflow_id = $1 AND workspace_id = $2 "
+        "AND ($3::text IS NULL OR status = $3) "
+        "AND ($4::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM "
+        "workflows.runs WHERE id = $4 AND workflow_id = $1)) "
+        "ORDER BY created_at DESC, id DESC LIMIT $5",
+        workflow_id,
+        workspace_id,
+        status,
+        page.after,
+        page.size + 1,
+    )
+    return page_info(rows, page)
+
+
+async def insert_test_run(
+    pool: asyncpg.Pool, workspace_id: str, workflow_id: str, trigger_event: dict[str, Any]
+) -> str:
+    run_id = str(uuid.uuid4())
+    await pool.execute(
+        "INSERT INTO workflows.runs (id, workspace_id, workflow_id, status, is_test, "
+        "trigger_event, started_at) VALUES ($1, $2, $3, 'running', true, $4, now())",
+        run_id,
+        workspace_id,
+        workflow_id,
+        trigger_event,
+    )
+    return run_id
+
+
+async def get_run(pool: asyncpg.Pool, run_id: str) -> asyncpg.Record:
+    row = await pool.fetchrow(f"SELECT {RUN_COLUMNS} FROM workflows.runs WHERE id = $1", run_id)
+    assert row is not None
+    return row
+
+
+async def activate_schedule(
+    connection: Connection, workspace_id: str, workflow_id: str, next_run_at: datetime | None
+) -> asyncpg.Record | None:
+    return await update_workflow(
+        connection, workspace_id, workflow_id, {"status": "active", "next_run_at": next_run_at}
+    )

@@ -1,0 +1,196 @@
+"""`{{variable}}` templates of the HTTP action, filled from the triggering record.
+
+A variable is a field name (`{{name}}`) or a dotted path (`{{company.name}}`, through a
+many-to-one relation, or into a composite value). Each place escapes what it inserts:
+
+- URL: the value is percent-encoded (`/`, `?`, `&`, `#` included), so it stays one component;
+- JSON body (Content-Type contains `json`, or no Content-Type and the body starts with `{` or
+  `[`): inside a JSON string the value is JSON-escaped (quotes, backslashes, control
+  characters); outside a string it becomes a JSON value (`"text"`, `42`, `true`, `null`,
+  objects), so `{"amount": {{amount}}}` sends a number;
+- other bodies and header values: the value as text (header values must not contain line
+  breaks).
+
+A variable whose path is not in the record is an error (TemplateError naming the template); a
+path that exists with a null value is empty (`null` as a JSON value).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*\}\}")
+_OPEN_OR_CLOSE = re.compile(r"\{\{|\}\}")
+_MISSING = object()
+# Header names whose values are secrets: masked in the stored run (the sent request keeps them).
+_SECRET_HEADER_WORDS = ("auth", "token", "secret", "key", "password", "signature", "cookie")
+MASK = "***"
+
+
+class TemplateError(Exception):
+    """A template that cannot be filled; `field` names it in the API (e.g. `action.body`)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Rendered:
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: str
+
+
+def variables(template: str) -> list[str]:
+    """The variable paths a template uses, in order, without repeats."""
+    found: list[str] = []
+    for match in VARIABLE.finditer(template):
+        if match.group(1) not in found:
+            found.append(match.group(1))
+    return found
+
+
+def check_syntax(template: str, field: str) -> None:
+    """Refuse `{{` or `}}` that do not form a variable (a typo that would be sent as is)."""
+    remainder = VARIABLE.sub("", template)
+    if _OPEN_OR_CLOSE.search(remainder):
+        raise TemplateError(
+            "malformed template: use {{fieldName}} or {{relation.fieldName}}", field
+        )
+
+
+def lookup(context: Mapping[str, Any], path: str, field: str) -> Any:
+    current: Any = context
+    for segment in path.split("."):
+        if current is None:
+            return None  # an empty relation or value: everything under it is empty
+        if not isinstance(current, Mapping):
+            raise TemplateError(
+                f"variable {{{{{path}}}}}: {segment!r} is not inside a value", field
+            )
+        current = current.get(segment, _MISSING)
+        if current is _MISSING:
+            raise TemplateError(f"variable {{{{{path}}}}} is not a field of the record", field)
+    return current
+
+
+def as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def render_text(template: str, context: Mapping[str, Any], field: str) -> str:
+    return VARIABLE.sub(lambda m: as_text(lookup(context, m.group(1), field)), template)
+
+
+def render_url(template: str, context: Mapping[str, Any], field: str) -> str:
+    return VARIABLE.sub(
+        lambda m: quote(as_text(lookup(context, m.group(1), field)), safe=""), template
+    )
+
+
+def _segments(template: str) -> Iterator[tuple[str, str | None, bool]]:
+    """(literal text, variable path or None, whether the variable sits inside a JSON string)."""
+    in_string = False
+    escaped = False
+    position = 0
+    for match in VARIABLE.finditer(template):
+        literal = template[position : match.start()]
+        for char in literal:
+            if escaped:
+                escaped = False
+            elif char == "\\" and in_string:
+                escaped = True
+            elif char == '"':
+                in_string = not in_string
+        yield literal, match.group(1), in_string
+        position = match.end()
+    yield template[position:], None, in_string
+
+
+def render_json(template: str, context: Mapping[str, Any], field: str) -> str:
+    parts: list[str] = []
+    for literal, path, in_string in _segments(template):
+        parts.append(literal)
+        if path is None:
+            continue
+        value = lookup(context, path, field)
+        if in_string:
+            parts.append(orjson.dumps(as_text(value)).decode()[1:-1])
+        else:
+            parts.append(orjson.dumps(value).decode())
+    return "".join(parts)
+
+
+def check_json_shape(template: str, field: str) -> None:
+    """Refuse a JSON body template that is not JSON once its variables are filled."""
+    parts: list[str] = []
+    for literal, path, in_string in _segments(template):
+        parts.append(literal)
+        if path is not None:
+            parts.append("x" if in_string else "0")
+    try:
+        orjson.loads("".join(parts))
+    except orjson.JSONDecodeError as exc:
+        raise TemplateError(f"the body is not valid JSON: {exc}", field) from None
+
+
+def content_type(headers: Mapping[str, str]) -> str | None:
+    for name, value in headers.items():
+        if name.lower() == "content-type":
+            return value
+    return None
+
+
+def is_json_body(body: str, headers: Mapping[str, str]) -> bool:
+    declared = content_type(headers)
+    if declared is not None:
+        return "json" in declared.lower()
+    return body.lstrip().startswith(("{", "["))
+
+
+def render_request(
+    method: str, url: str, headers: Mapping[str, str], body: str, context: Mapping[str, Any]
+) -> Rendered:
+    """The request to send, every template filled (TemplateError on the first problem)."""
+    rendered_headers: dict[str, str] = {}
+    for name, value in headers.items():
+        text = render_text(value, context, f"action.headers.{name}")
+        if "\r" in text or "\n" in text:
+            raise TemplateError(
+                f"header {name} would contain a line break", f"action.headers.{name}"
+            )
+        rendered_headers[name] = text
+    json_body = is_json_body(body, headers)
+    if json_body and content_type(headers) is None:
+        rendered_headers["Content-Type"] = "application/json"
+    elif body and content_type(headers) is None:
+        rendered_headers["Content-Type"] = "text/plain; charset=utf-8"
+    rendered_body = (
+        render_json(body, context, "action.body")
+        if json_body
+        else render_text(body, context, "action.body")
+    )
+    return Rendered(method, render_url(url, context, "action.url"), rendered_headers, rendered_body)
+
+
+def is_secret_header(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_HEADER_WORDS)
+
+
+def masked(headers: Mapping[str, str]) -> dict[str, str]:
+    """Headers as stored in a run: values of secret-looking headers replaced by ***."""
+    return {name: MASK if is_secret_header(name) else value for name, value in headers.items()}
