@@ -10,15 +10,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import asyncpg
 import orjson
+from opentelemetry import trace
 
 log = logging.getLogger("crmkit.db")
+_tracer = trace.get_tracer("crmkit.db")
+_MAX_QUERY_TEXT = 2048
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -32,6 +36,54 @@ async def _init_connection(connection: asyncpg.Connection) -> None:
             decoder=orjson.loads,
             schema="pg_catalog",
         )
+
+
+@contextmanager
+def _query_span(query: str) -> Iterator[None]:
+    """A client span per statement, only inside a traced operation: background loops (relay,
+    dispatcher polls) would otherwise start a new trace for every poll."""
+    if not trace.get_current_span().is_recording():
+        yield
+        return
+    operation = query.lstrip().split(None, 1)[0].upper() if query.strip() else "SQL"
+    with _tracer.start_as_current_span(
+        operation,
+        kind=trace.SpanKind.CLIENT,
+        attributes={
+            "db.system.name": "postgresql",
+            "db.operation.name": operation,
+            "db.query.text": query[:_MAX_QUERY_TEXT],  # parameterized: values travel apart
+        },
+    ):
+        yield
+
+
+class TracedConnection(asyncpg.Connection):
+    """An asyncpg connection whose statements are spans of the current trace."""
+
+    async def execute(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        with _query_span(query):
+            return await super().execute(query, *args, **kwargs)
+
+    async def executemany(self, command: str, args: Any, **kwargs: Any) -> Any:
+        with _query_span(command):
+            return await super().executemany(command, args, **kwargs)
+
+    async def fetch(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        with _query_span(query):
+            return await super().fetch(query, *args, **kwargs)
+
+    async def fetchrow(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        with _query_span(query):
+            return await super().fetchrow(query, *args, **kwargs)
+
+    async def fetchval(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        with _query_span(query):
+            return await super().fetchval(query, *args, **kwargs)
+
+    async def fetchmany(self, query: str, args: Any, **kwargs: Any) -> Any:
+        with _query_span(query):
+            return await super().fetchmany(query, args, **kwargs)
 
 
 async def _keep_session(connection: asyncpg.Connection) -> None:
@@ -48,7 +100,7 @@ async def create_pool(
     session_settings: Mapping[str, str] | None = None,
     reset_session: bool = True,
 ) -> asyncpg.Pool:
-    """A pool whose connections decode json/jsonb with orjson.
+    """A pool whose connections decode json/jsonb with orjson and trace their statements.
 
     Sessions use UTC and ISO dates, so SQL that renders dates and times as text is stable.
     `statement_cache_size` is asyncpg's per-connection cache of prepared statements;
@@ -62,6 +114,7 @@ async def create_pool(
         min_size=min_size,
         max_size=max_size,
         init=_init_connection,
+        connection_class=TracedConnection,
         statement_cache_size=statement_cache_size,
         reset=None if reset_session else _keep_session,
         server_settings={

@@ -15,6 +15,9 @@ covers the attempts queued before it (ceil(position / P) timeouts, plus a margin
 
 Outcomes are written in batches: a delivery succeeds on a 2xx, otherwise the next retry is
 scheduled after WEBHOOK_RETRY_DELAYS[attempt - 1], and after the last one it fails.
+
+Each attempt is a client span in the trace of the change that caused the event (its context is
+stored with the event), and the request carries it on in `traceparent`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import asyncpg
+import orjson
+from opentelemetry import trace
+from opentelemetry.context import Context
 
+from crmkit.telemetry import extract_context
 from webhooks.metrics import WebhooksMetrics
 from webhooks.payload import EventPayload, PayloadTooLarge, build_body
 from webhooks.sealing import SecretBox, SecretUnavailable
@@ -37,6 +44,7 @@ from webhooks.sender import AttemptResult, Sender
 from webhooks.settings import WebhooksSettings
 
 log = logging.getLogger("webhooks.dispatcher")
+_tracer = trace.get_tracer("webhooks.dispatcher")
 
 _LEASE_MARGIN_SECONDS = 10.0
 _MAX_IDLE_SECONDS = 1.0
@@ -75,7 +83,7 @@ WITH room AS (
     RETURNING d.id::text, d.workspace_id::text, d.webhook_id::text, d.event_id::text,
               d.operation, d.attempts, w.target_url, w.target_origin, w.secret_sealed,
               e.record::text AS record, e.previous_record::text AS previous_record,
-              e.occurred_at, chosen.due
+              e.occurred_at, e.trace_context::text AS trace_context, chosen.due
 )
 SELECT * FROM claimed ORDER BY due
 """
@@ -133,6 +141,7 @@ class Claimed:
     record: str | None
     previous_record: str | None
     occurred_at: datetime
+    trace_context: str  # JSON object of W3C trace headers stored with the event
     lease: uuid.UUID
 
 
@@ -286,6 +295,27 @@ class Dispatcher:
             self._drained.pop(target, None)
 
     async def _attempt(self, delivery: Claimed) -> None:
+        with _tracer.start_as_current_span(
+            "webhook delivery",
+            context=_stored_context(delivery.trace_context),
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "http.request.method": "POST",
+                "crm.webhook.id": delivery.webhook_id,
+                "crm.webhook.delivery.id": delivery.id,
+                "crm.event.id": delivery.event_id,
+                "crm.webhook.attempt": delivery.attempts + 1,
+            },
+        ) as span:
+            outcome = await self._attempt_in_span(delivery)
+            span.set_attribute("crm.webhook.outcome", outcome.outcome)
+            if outcome.result.status_code is not None:
+                span.set_attribute("http.response.status_code", outcome.result.status_code)
+            if not outcome.result.delivered:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, outcome.result.error))
+            self._outcomes.put_nowait(outcome)
+
+    async def _attempt_in_span(self, delivery: Claimed) -> Outcome:
         try:
             body = build_body(
                 EventPayload(
@@ -302,11 +332,9 @@ class Dispatcher:
         except (PayloadTooLarge, SecretUnavailable) as exc:
             # Nothing can be sent, now or later: fail at once, saying why.
             now = datetime.now(UTC)
-            result = AttemptResult(False, None, 0, str(exc), now)
-            self._outcomes.put_nowait(Outcome(delivery, result, "failed", 0.0))
-            return
+            return Outcome(delivery, AttemptResult(False, None, 0, str(exc), now), "failed", 0.0)
         result = await self._sender.send(delivery.target_url, secret, body)
-        self._outcomes.put_nowait(self._judge(delivery, result))
+        return self._judge(delivery, result)
 
     def _judge(self, delivery: Claimed, result: AttemptResult) -> Outcome:
         self._metrics.attempt_duration.observe(result.latency_ms / 1000)
@@ -371,3 +399,14 @@ class Dispatcher:
                 status = await self._pool.execute(_PRUNE, retention, _PRUNE_CHUNK)
                 if int(status.split()[-1]) < _PRUNE_CHUNK:
                     break
+
+
+def _stored_context(raw: str) -> Context:
+    """The trace context stored with an event (an empty one when it arrived without)."""
+    try:
+        headers = orjson.loads(raw or "{}")
+    except orjson.JSONDecodeError:
+        headers = {}
+    if not isinstance(headers, dict):
+        headers = {}
+    return extract_context({k: v for k, v in headers.items() if isinstance(v, str)})
