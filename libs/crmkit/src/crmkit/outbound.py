@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from crmkit.telemetry import http_client_tracing
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (host, port) -> the addresses it resolves to, as strings.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -229,7 +231,8 @@ def guarded_session(
 ) -> aiohttp.ClientSession:
     """An aiohttp session whose every connection is checked (resolution and socket).
 
-    No proxies from the environment, no cookies kept between requests. Pass
+    No proxies from the environment, no cookies kept between requests; a request made inside a
+    trace is a client span and carries `traceparent`. Pass
     `allow_redirects=False` when a redirect must not lead elsewhere (webhooks do).
     """
     connector = aiohttp.TCPConnector(
@@ -246,6 +249,7 @@ def guarded_session(
         cookie_jar=aiohttp.DummyCookieJar(),
         headers={"User-Agent": user_agent},
         timeout=aiohttp.ClientTimeout(total=None),
+        trace_configs=[http_client_tracing()],
     )
 
 

@@ -16,8 +16,8 @@ covers the attempts queued before it (ceil(position / P) timeouts, plus a margin
 Outcomes are written in batches: a delivery succeeds on a 2xx, otherwise the next retry is
 scheduled after WEBHOOK_RETRY_DELAYS[attempt - 1], and after the last one it fails.
 
-Each attempt is a client span in the trace of the change that caused the event (its context is
-stored with the event), and the request carries it on in `traceparent`.
+Each attempt is a span in the trace of the change that caused the event (its context is stored
+with the event); the request carries the trace on in `traceparent`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import logging
 import time
 import uuid
 from collections import Counter
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -273,7 +274,8 @@ class Dispatcher:
         async with self._target_slots[delivery.target_origin], self._running:
             self._metrics.in_flight.inc()
             try:
-                await self._attempt(delivery)
+                with _delivery_span(delivery):
+                    await self._attempt(delivery)
             finally:
                 self._metrics.in_flight.dec()
 
@@ -295,27 +297,6 @@ class Dispatcher:
             self._drained.pop(target, None)
 
     async def _attempt(self, delivery: Claimed) -> None:
-        with _tracer.start_as_current_span(
-            "webhook delivery",
-            context=_stored_context(delivery.trace_context),
-            kind=trace.SpanKind.CLIENT,
-            attributes={
-                "http.request.method": "POST",
-                "crm.webhook.id": delivery.webhook_id,
-                "crm.webhook.delivery.id": delivery.id,
-                "crm.event.id": delivery.event_id,
-                "crm.webhook.attempt": delivery.attempts + 1,
-            },
-        ) as span:
-            outcome = await self._attempt_in_span(delivery)
-            span.set_attribute("crm.webhook.outcome", outcome.outcome)
-            if outcome.result.status_code is not None:
-                span.set_attribute("http.response.status_code", outcome.result.status_code)
-            if not outcome.result.delivered:
-                span.set_status(trace.Status(trace.StatusCode.ERROR, outcome.result.error))
-            self._outcomes.put_nowait(outcome)
-
-    async def _attempt_in_span(self, delivery: Claimed) -> Outcome:
         try:
             body = build_body(
                 EventPayload(
@@ -332,9 +313,11 @@ class Dispatcher:
         except (PayloadTooLarge, SecretUnavailable) as exc:
             # Nothing can be sent, now or later: fail at once, saying why.
             now = datetime.now(UTC)
-            return Outcome(delivery, AttemptResult(False, None, 0, str(exc), now), "failed", 0.0)
+            result = AttemptResult(False, None, 0, str(exc), now)
+            self._outcomes.put_nowait(Outcome(delivery, result, "failed", 0.0))
+            return
         result = await self._sender.send(delivery.target_url, secret, body)
-        return self._judge(delivery, result)
+        self._outcomes.put_nowait(self._judge(delivery, result))
 
     def _judge(self, delivery: Claimed, result: AttemptResult) -> Outcome:
         self._metrics.attempt_duration.observe(result.latency_ms / 1000)
@@ -399,6 +382,21 @@ class Dispatcher:
                 status = await self._pool.execute(_PRUNE, retention, _PRUNE_CHUNK)
                 if int(status.split()[-1]) < _PRUNE_CHUNK:
                     break
+
+
+def _delivery_span(delivery: Claimed) -> AbstractContextManager[trace.Span]:
+    """The span of one attempt, in the trace of the change that caused the event; the HTTP
+    request below it is a client span of its own (crmkit.outbound) carrying `traceparent`."""
+    return _tracer.start_as_current_span(
+        "webhook delivery",
+        context=_stored_context(delivery.trace_context),
+        attributes={
+            "crm.webhook.id": delivery.webhook_id,
+            "crm.webhook.delivery.id": delivery.id,
+            "crm.webhook.attempt": delivery.attempts + 1,
+            "crm.event.id": delivery.event_id,
+        },
+    )
 
 
 def _stored_context(raw: str) -> Context:

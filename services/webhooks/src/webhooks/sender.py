@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 import aiohttp
 
 from crmkit.outbound import refused_error
-from crmkit.telemetry import inject_headers
 from webhooks.payload import TRUNCATED_HEADER, Body
 from webhooks.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
 
@@ -49,7 +48,6 @@ class Sender:
         }
         if body.previous_record_omitted:
             headers[TRUNCATED_HEADER] = "previousRecord"
-        inject_headers(headers)  # traceparent: the receiver may continue the trace
         started = time.perf_counter()
         status: int | None = None
         error = ""
