@@ -7,8 +7,6 @@ from __future__ import annotations
 import importlib.util
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,9 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from crmstack.stack import GATEWAY, Stack
 from examples.webhook_receiver import WebhookReceiver
 from tests.integration.webhooks_client import make_hooks, running_receiver
+from tests.metrics_reference import documented
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
-_ROW = re.compile(r"^\| `([a-z_:]+)` \| (counter|gauge|histogram) \|[^|]*\| ([a-z, ]+) \|")
 _TYPE = re.compile(r"^# TYPE (\S+) (\S+)$")
 
 # Metrics of work merged from other branches: required once the code that serves them is here
@@ -43,23 +40,6 @@ _SERVED_WITH: dict[tuple[str, str], str] = {
         )
     },
 }
-
-
-@dataclass(frozen=True)
-class Documented:
-    name: str
-    type: str
-    processes: frozenset[str]
-
-
-def documented() -> list[Documented]:
-    rows = []
-    for line in DOC.read_text().splitlines():
-        match = _ROW.match(line)
-        if match:
-            processes = frozenset(p.strip() for p in match.group(3).split(","))
-            rows.append(Documented(match.group(1), match.group(2), processes))
-    return rows
 
 
 def expected(process: str) -> dict[str, str]:
