@@ -10,15 +10,24 @@ from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from crmkit.db import _query_span
+from crmkit.db import _traced
 from crmkit.outbound import OutboundPolicy, guarded_session
 
 tracer = trace.get_tracer("test")
 
 
-def test_a_statement_inside_a_trace_is_a_client_span(spans: InMemorySpanExporter) -> None:
-    with tracer.start_as_current_span("rpc") as parent, _query_span("  insert into t values ($1)"):
-        pass
+async def _result(value: str) -> str:
+    return value
+
+
+async def _deadlock() -> None:
+    raise RuntimeError("deadlock")
+
+
+async def test_a_statement_inside_a_trace_is_a_client_span(spans: InMemorySpanExporter) -> None:
+    query = "  insert into t values ($1)"
+    with tracer.start_as_current_span("rpc") as parent:
+        assert await _traced(query, _result("INSERT 0 1")) == "INSERT 0 1"
     (statement, rpc) = spans.get_finished_spans()
     assert statement.name == "INSERT"
     assert statement.kind == trace.SpanKind.CLIENT
@@ -26,26 +35,22 @@ def test_a_statement_inside_a_trace_is_a_client_span(spans: InMemorySpanExporter
     assert statement.parent.span_id == parent.get_span_context().span_id
     assert statement.attributes is not None
     assert statement.attributes["db.system.name"] == "postgresql"
-    assert statement.attributes["db.query.text"] == "  insert into t values ($1)"
+    assert statement.attributes["db.query.text"] == query
     assert rpc.name == "rpc"
 
 
-def test_a_statement_outside_any_trace_makes_no_span(spans: InMemorySpanExporter) -> None:
-    with _query_span("SELECT 1"):
-        pass
+async def test_a_statement_outside_any_trace_makes_no_span(spans: InMemorySpanExporter) -> None:
+    assert await _traced("SELECT 1", _result("1")) == "1"
     assert spans.get_finished_spans() == ()
 
 
-def test_a_failing_statement_is_an_error_span(spans: InMemorySpanExporter) -> None:
-    with (
-        tracer.start_as_current_span("rpc"),
-        pytest.raises(RuntimeError),
-        _query_span("UPDATE t SET a = 1"),
-    ):
-        raise RuntimeError("deadlock")
+async def test_a_failing_statement_is_an_error_span(spans: InMemorySpanExporter) -> None:
+    with tracer.start_as_current_span("rpc"), pytest.raises(RuntimeError):
+        await _traced("UPDATE t SET a = 1", _deadlock())
     statement = spans.get_finished_spans()[0]
     assert statement.name == "UPDATE"
     assert statement.status.status_code == trace.StatusCode.ERROR
+    assert [event.name for event in statement.events] == ["exception"]
 
 
 @pytest.fixture
