@@ -5,10 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import orjson
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from crm.common.v1 import common_pb2
 from crm.events.v1 import events_pb2
 from records.envelope import Message, OutboxRow, message_of, waves
+from records.relay import _publish_span
 
 WS = "11111111-2222-4333-8444-555555555555"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -90,3 +93,34 @@ def test_waves_hold_each_record_once_in_sequence_order() -> None:
     split = waves(messages)
     assert [[m.sequence for m in wave] for wave in split] == [[0, 1, 3], [2, 5], [4]]
     assert waves([]) == []
+
+
+def test_publish_continues_the_stored_trace_and_sends_its_own_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    message = message_of(row(), max_payload=1024 * 1024)
+    span, headers = _publish_span(message)
+    span.end()
+    (published,) = spans.get_finished_spans()
+    assert published.name == "publish CRM_RECORDS"
+    assert published.kind == trace.SpanKind.PRODUCER
+    assert format(published.context.trace_id, "032x") == TRACEPARENT.split("-")[1]
+    assert published.parent is not None
+    assert format(published.parent.span_id, "016x") == TRACEPARENT.split("-")[2]
+    assert published.attributes is not None
+    assert published.attributes["messaging.message.id"] == "e7"
+    assert headers["Nats-Msg-Id"] == "e7"
+    _, trace_id, span_id, _ = headers["traceparent"].split("-")
+    assert trace_id == TRACEPARENT.split("-")[1]
+    assert span_id == format(published.context.span_id, "016x")
+    assert message.headers["traceparent"] == TRACEPARENT  # the message itself is unchanged
+
+
+def test_a_row_written_outside_any_trace_is_published_without_a_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    message = message_of(row(trace_context="{}"), max_payload=1024 * 1024)
+    span, headers = _publish_span(message)
+    span.end()
+    assert spans.get_finished_spans() == ()
+    assert headers == {"Nats-Msg-Id": "e7"}

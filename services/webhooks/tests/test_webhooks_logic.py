@@ -9,12 +9,16 @@ from datetime import UTC, datetime
 
 import orjson
 import pytest
+from nats.aio.msg import Msg
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from crm.events.v1 import events_pb2
 from crmkit.errors import InvalidArgument
 from crmkit.retries import next_step, parse_retry_delays
 from examples.webhook_receiver import VerificationError, verify
-from webhooks.intake import decode
+from webhooks.dispatcher import _stored_context
+from webhooks.intake import _process_span, decode
 from webhooks.operations import matching_patterns, validate_operations
 from webhooks.payload import EventPayload, PayloadTooLarge, build_body, iso_timestamp
 from webhooks.sealing import SecretBox, SecretUnavailable, new_secret
@@ -190,3 +194,40 @@ def test_events_are_decoded_from_the_envelope() -> None:
     assert decoded.occurred_at == datetime(2026, 1, 1, tzinfo=UTC)
     assert decode(b"\xff\xff not protobuf") is None
     assert decode(events_pb2.RecordEvent(id="e2").SerializeToString()) is None
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_intake_continues_the_trace_of_the_nats_headers_and_stores_its_own(
+    spans: InMemorySpanExporter,
+) -> None:
+    message = Msg(
+        _client=None,  # type: ignore[arg-type]  # never used: no reply, no ack here
+        subject="crm.records.w1.person.created",
+        headers={"Nats-Msg-Id": "e1", "traceparent": TRACEPARENT, "other": "x"},
+    )
+    span, stored = _process_span(message, "e1")
+    span.end()
+    (processed,) = spans.get_finished_spans()
+    assert processed.kind == trace.SpanKind.CONSUMER
+    assert processed.parent is not None
+    assert format(processed.parent.span_id, "016x") == TRACEPARENT.split("-")[2]
+    carried = orjson.loads(stored)
+    assert set(carried) == {"traceparent"}
+    _, trace_id, span_id, _ = carried["traceparent"].split("-")
+    assert trace_id == TRACEPARENT.split("-")[1]
+    assert span_id == format(processed.context.span_id, "016x")
+    # A delivery attempt, later, continues from what was stored.
+    context = _stored_context(stored)
+    assert trace.get_current_span(context).get_span_context().span_id == processed.context.span_id
+
+
+def test_an_event_without_trace_context_starts_no_trace(spans: InMemorySpanExporter) -> None:
+    message = Msg(_client=None, subject="crm.records.w1.person.created")  # type: ignore[arg-type]
+    span, stored = _process_span(message, "e1")
+    span.end()
+    assert spans.get_finished_spans() == ()
+    assert stored == "{}"
+    for junk in ("", "{}", "[1]", "not json", '{"traceparent": 5}'):
+        assert not trace.get_current_span(_stored_context(junk)).get_span_context().is_valid

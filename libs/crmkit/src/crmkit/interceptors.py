@@ -113,6 +113,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
     def _wrap_stream(self, behavior: Behavior, method: str, service: str, name: str) -> Behavior:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            started = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
                 async for item in behavior(request, context):
@@ -128,6 +129,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 log.exception("unhandled error in %s", method)
                 await context.abort(code, "internal server error")
             finally:
+                self._metrics.duration.labels(service, name).observe(time.perf_counter() - started)
                 self._metrics.requests.labels(service, name, code.name).inc()
 
         return wrapper

@@ -6,9 +6,13 @@ conventions and labels carry method names or route templates, never ids.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -41,6 +45,63 @@ class GrpcServerMetrics:
                 registry=registry,
             ),
         )
+
+
+class SizedPool(Protocol):
+    """What the pool collector reads of an asyncpg pool."""
+
+    def get_size(self) -> int: ...
+    def get_idle_size(self) -> int: ...
+    def get_max_size(self) -> int: ...
+
+
+class DbPoolCollector(Collector):
+    """Connection pool gauges, sampled when Prometheus scrapes (no bookkeeping per query).
+
+    `pools` maps a low-cardinality pool name (the service, or e.g. `webhooks-dispatch`) to its
+    pool. In use = open minus idle: connections acquired by a caller right now.
+    """
+
+    def __init__(self, pools: Mapping[str, SizedPool]) -> None:
+        self._pools = dict(pools)
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        opened, in_use, idle, limit = families
+        for name, pool in self._pools.items():
+            size, free = pool.get_size(), pool.get_idle_size()
+            opened.add_metric([name], size)
+            in_use.add_metric([name], max(size - free, 0))
+            idle.add_metric([name], free)
+            limit.add_metric([name], pool.get_max_size())
+        return families
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily(
+                "db_pool_connections", "Connections the pool holds open.", labels=["pool"]
+            ),
+            GaugeMetricFamily(
+                "db_pool_connections_in_use",
+                "Connections acquired by a caller (running a query or a transaction).",
+                labels=["pool"],
+            ),
+            GaugeMetricFamily(
+                "db_pool_connections_idle", "Open connections waiting in the pool.", labels=["pool"]
+            ),
+            GaugeMetricFamily(
+                "db_pool_connections_max", "Most connections the pool may open.", labels=["pool"]
+            ),
+        ]
+
+
+def observe_pools(registry: CollectorRegistry, pools: Mapping[str, SizedPool]) -> None:
+    """Expose the pools' gauges (`db_pool_*{pool}`) in `registry`."""
+    registry.register(DbPoolCollector(pools))
 
 
 def start_metrics_server(registry: CollectorRegistry, host: str, port: int) -> int:

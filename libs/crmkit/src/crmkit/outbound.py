@@ -27,6 +27,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from crmkit.errors import InvalidArgument
+from crmkit.telemetry import http_client_tracing
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (host, port) -> the addresses it resolves to, as strings.
@@ -254,7 +255,8 @@ def guarded_session(
 ) -> aiohttp.ClientSession:
     """An aiohttp session whose every connection is checked (resolution and socket).
 
-    No proxies from the environment, no cookies kept between requests. Pass
+    No proxies from the environment, no cookies kept between requests; a request made inside a
+    trace is a client span and carries `traceparent`. Pass
     `allow_redirects=False` when a redirect must not lead elsewhere (webhooks do).
     """
     connector = aiohttp.TCPConnector(
@@ -271,6 +273,7 @@ def guarded_session(
         cookie_jar=aiohttp.DummyCookieJar(),
         headers={"User-Agent": user_agent},
         timeout=aiohttp.ClientTimeout(total=None),
+        trace_configs=[http_client_tracing()],
     )
 
 

@@ -2,14 +2,17 @@
 
 An OTLP/HTTP exporter is installed when OTEL_EXPORTER_OTLP_ENDPOINT (or the traces-specific
 variable) is set; otherwise spans are still created, so logs carry trace ids, but not exported.
-Context travels as W3C traceparent in HTTP headers, gRPC metadata and NATS headers.
+Context travels as W3C traceparent in HTTP headers, gRPC metadata and NATS headers; outbound
+HTTP through `crmkit.outbound.guarded_session` carries it too (`http_client_tracing`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 
+import aiohttp
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
@@ -17,6 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 TRACE_HEADERS = ("traceparent", "tracestate")
+_http_tracer = trace.get_tracer("crmkit.http")
 
 
 def configure_tracing(service_name: str) -> TracerProvider:
@@ -68,3 +72,64 @@ def context_from_metadata(
 def metadata_from_context() -> list[tuple[str, str]]:
     """The current trace context as outgoing gRPC metadata."""
     return list(inject_headers().items())
+
+
+def http_client_tracing() -> aiohttp.TraceConfig:
+    """aiohttp hooks giving every outbound request made inside a trace a client span, whose
+    context the request carries in `traceparent`. Requests made outside any trace (none today)
+    start none. Only the target's host and port are recorded: paths and queries of
+    user-configured URLs often hold tokens."""
+    config = aiohttp.TraceConfig()
+
+    async def on_start(
+        _session: aiohttp.ClientSession,
+        ctx: SimpleNamespace,
+        params: aiohttp.TraceRequestStartParams,
+    ) -> None:
+        if not trace.get_current_span().is_recording():
+            return
+        span = _http_tracer.start_span(
+            params.method,
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "http.request.method": params.method,
+                "url.scheme": params.url.scheme,
+                "server.address": params.url.host or "",
+                "server.port": params.url.port or 0,
+            },
+        )
+        ctx.span = span
+        with trace.use_span(span, end_on_exit=False):
+            propagate.inject(params.headers)
+
+    async def on_end(
+        _session: aiohttp.ClientSession,
+        ctx: SimpleNamespace,
+        params: aiohttp.TraceRequestEndParams,
+    ) -> None:
+        span: trace.Span | None = getattr(ctx, "span", None)
+        if span is None:
+            return
+        status = params.response.status
+        span.set_attribute("http.response.status_code", status)
+        if status >= 400:
+            span.set_status(trace.Status(trace.StatusCode.ERROR))
+            span.set_attribute("error.type", str(status))
+        span.end()
+
+    async def on_exception(
+        _session: aiohttp.ClientSession,
+        ctx: SimpleNamespace,
+        params: aiohttp.TraceRequestExceptionParams,
+    ) -> None:
+        span: trace.Span | None = getattr(ctx, "span", None)
+        if span is None:
+            return
+        span.set_attribute("error.type", type(params.exception).__name__)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, str(params.exception)))
+        span.end()
+
+    config.on_request_start.append(on_start)
+    config.on_request_end.append(on_end)
+    config.on_request_exception.append(on_exception)
+    return config

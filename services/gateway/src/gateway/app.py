@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from crmkit import messaging
 from crmkit.db import create_pool
 from crmkit.errors import Internal, InvalidArgument, NotFound, ServiceError
+from crmkit.metrics import DbPoolCollector
 from crmkit.principal import PrincipalCodec
 from gateway.auth.install import install_auth
 from gateway.datamodel.cache import DataModelCache
@@ -150,6 +151,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             if settings.DATABASE_URL
             else None
         )
+        pools = DbPoolCollector({"gateway": database} if database is not None else {})
+        metrics.registry.register(pools)
         principals = PrincipalCodec(settings.APP_SECRET)
         models = DataModelCache(
             schema_fetcher(upstreams, principals), max_age=settings.DATA_MODEL_MAX_AGE
@@ -192,6 +195,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             await nats.drain()
             if database is not None:
                 await database.close()
+            metrics.registry.unregister(pools)
 
     app = FastAPI(
         title="CRM data service",
@@ -199,6 +203,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         docs_url="/docs" if settings.is_development else None,
         redoc_url=None,
         openapi_url="/openapi.json" if settings.is_development else None,
+        # FastAPI's own OpenTelemetry support makes the server span of every request (named by
+        # route template, continuing the caller's traceparent). Metrics are Prometheus's
+        # (MetricsMiddleware) and logs are our JSON lines, so its metrics and logs stay off.
+        telemetry={"tracing": True, "metrics": False, "logs": False},
     )
     _install_error_handlers(app)
     routes = RouteTable()

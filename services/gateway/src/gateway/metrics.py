@@ -15,6 +15,7 @@ class GatewayMetrics:
     http_requests: Counter
     http_duration: Histogram
     credential_checks: Counter
+    revocation_checks: Counter
     websocket_connections: Gauge
     websocket_operations: Counter
     subscriptions_open: Gauge
@@ -48,6 +49,14 @@ class GatewayMetrics:
                 "Credential (revocation) checks, by where the answer came from (cache, identity) "
                 "and outcome (ok or the refusal reason).",
                 ["source", "outcome"],
+                registry=registry,
+            ),
+            revocation_checks=Counter(
+                "gateway_revocation_checks_total",
+                "Lookups of a credential's revocation entry in Redis (one per authenticated "
+                "request), by result: hit, miss (identity answers) or error (Redis unreachable; "
+                "identity answers).",
+                ["result"],
                 registry=registry,
             ),
             websocket_connections=Gauge(

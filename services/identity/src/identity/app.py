@@ -12,6 +12,7 @@ from crm.metadata.v1 import metadata_pb2_grpc
 from crmkit import db
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
+from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
 from identity.brute_force import AttemptLimiter
 from identity.cache import CredentialCache
@@ -41,6 +42,7 @@ async def serve(settings: IdentitySettings) -> None:
         max_size=settings.DB_POOL_MAX_SIZE,
         application_name="identity",
     )
+    observe_pools(registry, {"identity": pool})
     redis = Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
     cache = CredentialCache(redis, settings.CREDENTIAL_CACHE_TTL)

@@ -9,6 +9,7 @@ from crm.records.v1 import records_pb2_grpc
 from crmkit import db, messaging
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
+from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
 from metadata.changes import ChangeRunner
 from metadata.metrics import MetadataMetrics
@@ -27,6 +28,7 @@ async def serve(settings: MetadataSettings) -> None:
         max_size=settings.DB_POOL_MAX_SIZE,
         application_name="metadata",
     )
+    observe_pools(registry, {"metadata": pool})
     nats = await messaging.connect(settings.NATS_URL, "metadata")
     channel = open_channel(settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT)
     records = records_pb2_grpc.RecordsServiceStub(channel)

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry
 from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit import db, messaging
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
+from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
 from records.cache import SchemaCache
 from records.metrics import RecordsMetrics
@@ -26,6 +27,7 @@ async def serve(settings: RecordsSettings) -> None:
         application_name="records",
         statement_cache_size=settings.DB_STATEMENT_CACHE_SIZE,
     )
+    observe_pools(registry, {"records": pool})
     nats = await messaging.connect(settings.NATS_URL, "records")
     metrics = RecordsMetrics.create(registry)
     cache = SchemaCache(pool, metrics, capacity=settings.SCHEMA_CACHE_SIZE)

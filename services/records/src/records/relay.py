@@ -28,13 +28,16 @@ import asyncpg
 from nats.aio.client import Client as NatsClient
 from nats.js.client import JetStreamContext
 from nats.js.errors import NoStreamResponseError
+from opentelemetry import trace
 
-from crmkit.messaging import ensure_record_stream
+from crmkit.messaging import RECORD_EVENTS_STREAM, ensure_record_stream
+from crmkit.telemetry import extract_context, inject_headers
 from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, message_of, waves
 from records.metrics import RecordsMetrics
 from records.settings import RecordsSettings
 
 log = logging.getLogger("records.relay")
+_tracer = trace.get_tracer("records.relay")
 
 NOTIFY_CHANNEL = "records_outbox"
 LOCK_KEY = int.from_bytes(hashlib.sha256(b"records.outbox.relay").digest()[:8], "big", signed=True)
@@ -156,36 +159,42 @@ class OutboxRelay:
 
     async def _publish_wave(self, wave: list[Message]) -> tuple[list[int], str]:
         """Sequences acknowledged, and why the others were not ("" when all were)."""
-        futures: list[tuple[Message, asyncio.Future[Any]]] = []
+        futures: list[tuple[Message, asyncio.Future[Any], trace.Span]] = []
         error = ""
         for message in wave:
+            span, headers = _publish_span(message)
             try:
                 future = await self._js.publish_async(
                     message.subject,
                     message.payload,
-                    headers=dict(message.headers),
+                    headers=headers,
                     wait_stall=self._settings.OUTBOX_PUBLISH_TIMEOUT,
                 )
             except Exception as exc:  # any client error: retry the rest later
                 error = f"publish: {type(exc).__name__}: {exc}"
+                _end_span(span, error)
                 break
-            futures.append((message, future))
+            futures.append((message, future, span))
         if futures:
             await asyncio.wait(
-                [future for _, future in futures], timeout=self._settings.OUTBOX_PUBLISH_TIMEOUT
+                [future for _, future, _ in futures],
+                timeout=self._settings.OUTBOX_PUBLISH_TIMEOUT,
             )
         acknowledged: list[int] = []
-        for message, future in futures:
+        for message, future, span in futures:
             if not future.done():
                 future.cancel()
                 error = error or "no acknowledgement in time"
+                _end_span(span, "no acknowledgement in time")
             elif future.cancelled() or future.exception() is not None:
                 problem = None if future.cancelled() else future.exception()
                 error = error or f"ack: {type(problem).__name__}: {problem}"
+                _end_span(span, f"ack: {type(problem).__name__}")
                 if isinstance(problem, NoStreamResponseError):
                     self._stream_ready = False  # the stream is gone: create it again
             else:
                 acknowledged.append(message.sequence)
+                _end_span(span, "")
         return acknowledged, error
 
     async def _ensure_stream(self) -> None:
@@ -212,3 +221,33 @@ class OutboxRelay:
                     self._metrics.pruned.inc(deleted)
                 if deleted < _PRUNE_CHUNK:
                     break
+
+
+def _publish_span(message: Message) -> tuple[trace.Span, dict[str, str]]:
+    """A producer span continuing the trace of the write that made the row (stored with it),
+    and the message headers carrying that span's context onward. Rows written outside any
+    trace are published without a span rather than starting a trace each."""
+    headers = dict(message.headers)
+    parent = extract_context(headers)
+    if not trace.get_current_span(parent).get_span_context().is_valid:
+        return trace.INVALID_SPAN, headers
+    span = _tracer.start_span(
+        f"publish {RECORD_EVENTS_STREAM}",
+        context=parent,
+        kind=trace.SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": "nats",
+            "messaging.operation.type": "publish",
+            "messaging.destination.name": message.subject,
+            "messaging.message.id": headers.get("Nats-Msg-Id", ""),
+        },
+    )
+    with trace.use_span(span, end_on_exit=False):
+        inject_headers(headers)
+    return span, headers
+
+
+def _end_span(span: trace.Span, error: str) -> None:
+    if error:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, error))
+    span.end()

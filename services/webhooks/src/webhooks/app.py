@@ -12,6 +12,7 @@ from crm.webhooks.v1 import webhooks_pb2, webhooks_pb2_grpc
 from crmkit import db, messaging
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
+from crmkit.metrics import observe_pools
 from crmkit.outbound import OutboundPolicy, guarded_session
 from crmkit.principal import PrincipalCodec
 from webhooks.dispatcher import Dispatcher
@@ -46,6 +47,7 @@ async def serve(settings: WebhooksSettings) -> None:
         session_settings={"synchronous_commit": "off"},
         reset_session=False,
     )
+    observe_pools(registry, {"webhooks": pool, "webhooks-dispatch": dispatch_pool})
     nats = await messaging.connect(settings.NATS_URL, "webhooks")
     metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
     policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)

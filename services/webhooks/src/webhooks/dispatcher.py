@@ -15,6 +15,9 @@ covers the attempts queued before it (ceil(position / P) timeouts, plus a margin
 
 Outcomes are written in batches: a delivery succeeds on a 2xx, otherwise the next retry is
 scheduled after WEBHOOK_RETRY_DELAYS[attempt - 1], and after the last one it fails.
+
+Each attempt is a span in the trace of the change that caused the event (its context is stored
+with the event); the request carries the trace on in `traceparent`.
 """
 
 from __future__ import annotations
@@ -25,13 +28,18 @@ import logging
 import time
 import uuid
 from collections import Counter
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import asyncpg
+import orjson
+from opentelemetry import trace
+from opentelemetry.context import Context
 
 from crmkit.http_send import HttpAttempt
 from crmkit.retries import next_step
+from crmkit.telemetry import extract_context
 from webhooks.metrics import WebhooksMetrics
 from webhooks.payload import EventPayload, PayloadTooLarge, build_body
 from webhooks.sealing import SecretBox, SecretUnavailable
@@ -39,6 +47,7 @@ from webhooks.sender import Sender
 from webhooks.settings import WebhooksSettings
 
 log = logging.getLogger("webhooks.dispatcher")
+_tracer = trace.get_tracer("webhooks.dispatcher")
 
 _LEASE_MARGIN_SECONDS = 10.0
 _MAX_IDLE_SECONDS = 1.0
@@ -77,7 +86,7 @@ WITH room AS (
     RETURNING d.id::text, d.workspace_id::text, d.webhook_id::text, d.event_id::text,
               d.operation, d.attempts, w.target_url, w.target_origin, w.secret_sealed,
               e.record::text AS record, e.previous_record::text AS previous_record,
-              e.occurred_at, chosen.due
+              e.occurred_at, e.trace_context::text AS trace_context, chosen.due
 )
 SELECT * FROM claimed ORDER BY due
 """
@@ -135,6 +144,7 @@ class Claimed:
     record: str | None
     previous_record: str | None
     occurred_at: datetime
+    trace_context: str  # JSON object of W3C trace headers stored with the event
     lease: uuid.UUID
 
 
@@ -257,7 +267,8 @@ class Dispatcher:
         async with self._target_slots[delivery.target_origin], self._running:
             self._metrics.in_flight.inc()
             try:
-                await self._attempt(delivery)
+                with _delivery_span(delivery):
+                    await self._attempt(delivery)
             finally:
                 self._metrics.in_flight.dec()
 
@@ -366,3 +377,29 @@ class Dispatcher:
                 status = await self._pool.execute(_PRUNE, retention, _PRUNE_CHUNK)
                 if int(status.split()[-1]) < _PRUNE_CHUNK:
                     break
+
+
+def _delivery_span(delivery: Claimed) -> AbstractContextManager[trace.Span]:
+    """The span of one attempt, in the trace of the change that caused the event; the HTTP
+    request below it is a client span of its own (crmkit.outbound) carrying `traceparent`."""
+    return _tracer.start_as_current_span(
+        "webhook delivery",
+        context=_stored_context(delivery.trace_context),
+        attributes={
+            "crm.webhook.id": delivery.webhook_id,
+            "crm.webhook.delivery.id": delivery.id,
+            "crm.webhook.attempt": delivery.attempts + 1,
+            "crm.event.id": delivery.event_id,
+        },
+    )
+
+
+def _stored_context(raw: str) -> Context:
+    """The trace context stored with an event (an empty one when it arrived without)."""
+    try:
+        headers = orjson.loads(raw or "{}")
+    except orjson.JSONDecodeError:
+        headers = {}
+    if not isinstance(headers, dict):
+        headers = {}
+    return extract_context({k: v for k, v in headers.items() if isinstance(v, str)})

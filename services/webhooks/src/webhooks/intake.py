@@ -7,6 +7,9 @@ statement: the events that match an active webhook of their workspace (exact ope
 webhook. Both inserts are idempotent on ids (an event delivered twice by JetStream adds nothing),
 and the messages are acknowledged only after the rows commit, so a crash before that makes
 JetStream send them again.
+
+Each event is a consumer span continuing the trace carried in its NATS headers; the span's
+context is stored with the event, so the delivery attempts continue the same trace.
 """
 
 from __future__ import annotations
@@ -14,20 +17,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC
 from typing import Any
 
 import asyncpg
+import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from opentelemetry import trace
 
 from crm.events.v1 import events_pb2
-from crmkit.messaging import durable_record_consumer, fetch_batches
+from crmkit.messaging import RECORD_EVENTS_STREAM, durable_record_consumer, fetch_batches
+from crmkit.telemetry import TRACE_HEADERS, extract_context, inject_headers
 from webhooks.metrics import WebhooksMetrics
 from webhooks.settings import WebhooksSettings
 
 log = logging.getLogger("webhooks.intake")
+_tracer = trace.get_tracer("webhooks.intake")
 
 DURABLE = "webhooks-deliverer"
 BATCH = 256
@@ -37,13 +44,13 @@ _ACTIONS = {
     events_pb2.RECORD_ACTION_DELETED: "deleted",
 }
 
-# $1..$9: the batch as parallel arrays. Returns the number of deliveries created.
+# $1..$10: the batch as parallel arrays. Returns the number of deliveries created.
 _INTAKE = """
 WITH incoming AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::uuid[],
-                         $6::text[], $7::text[], $8::timestamptz[], $9::bigint[])
+                         $6::text[], $7::text[], $8::timestamptz[], $9::bigint[], $10::text[])
         AS i(id, workspace_id, object, action, record_id, record, previous_record, occurred_at,
-             sequence)
+             sequence, trace_context)
 ), matched AS (
     SELECT i.id AS event_id, i.object || '.' || i.action AS operation, w.id AS webhook_id,
            w.workspace_id
@@ -53,9 +60,9 @@ WITH incoming AS (
                                '*.' || i.action, '*.*']
 ), stored AS (
     INSERT INTO webhooks.events (id, workspace_id, object, action, record_id, record,
-                                 previous_record, occurred_at, sequence)
+                                 previous_record, occurred_at, sequence, trace_context)
     SELECT i.id, i.workspace_id, i.object, i.action, i.record_id, i.record::json,
-           i.previous_record::json, i.occurred_at, i.sequence
+           i.previous_record::json, i.occurred_at, i.sequence, i.trace_context::jsonb
     FROM incoming i WHERE i.id IN (SELECT event_id FROM matched)
     ON CONFLICT (id) DO NOTHING
 ), queued AS (
@@ -81,6 +88,7 @@ class DecodedEvent:
     previous_record: str | None
     occurred_at: Any
     sequence: int
+    trace_context: str = "{}"  # JSON object of W3C trace headers
 
 
 def decode(data: bytes) -> DecodedEvent | None:
@@ -135,30 +143,41 @@ class Intake:
 
     async def _handle(self, messages: list[Msg]) -> None:
         events: list[DecodedEvent] = []
+        spans: list[trace.Span] = []
         for message in messages:
             event = decode(message.data)
             if event is None:
                 log.warning("skipping a message that is not a record event: %s", message.subject)
             else:
-                events.append(event)
-        if events:
-            while True:
-                try:
-                    queued = await self._store(events)
-                    break
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    # Not acknowledged: keep trying; JetStream resends after ack_wait anyway.
-                    log.warning("cannot store events, retrying: %s", exc)
-                    await asyncio.sleep(1)
-            self._metrics.events.inc(len(events))
-            if queued:
-                self._metrics.deliveries_queued.inc(queued)
-                self._on_queued()
+                span, carried = _process_span(message, event.id)
+                spans.append(span)
+                events.append(replace(event, trace_context=carried))
+        try:
+            await self._store_all(events)
+        finally:
+            for span in spans:
+                span.end()
         for message in messages:
             try:
                 await message.ack()
             except Exception as exc:  # lost ack: the event comes again and adds nothing
                 log.debug("ack failed: %s", exc)
+
+    async def _store_all(self, events: list[DecodedEvent]) -> None:
+        if not events:
+            return
+        while True:
+            try:
+                queued = await self._store(events)
+                break
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                # Not acknowledged: keep trying; JetStream resends after ack_wait anyway.
+                log.warning("cannot store events, retrying: %s", exc)
+                await asyncio.sleep(1)
+        self._metrics.events.inc(len(events))
+        if queued:
+            self._metrics.deliveries_queued.inc(queued)
+            self._on_queued()
 
     async def _store(self, events: list[DecodedEvent]) -> int:
         count = await self._pool.fetchval(
@@ -172,5 +191,29 @@ class Intake:
             [e.previous_record for e in events],
             [e.occurred_at for e in events],
             [e.sequence for e in events],
+            [e.trace_context for e in events],
         )
         return int(count or 0)
+
+
+def _process_span(message: Msg, event_id: str) -> tuple[trace.Span, str]:
+    """The consumer span of one event and the trace context to store with it (its own).
+
+    An event published outside any trace gets no span (and an empty context)."""
+    carried = {key: value for key, value in (message.headers or {}).items() if key in TRACE_HEADERS}
+    parent = extract_context(carried)
+    if not trace.get_current_span(parent).get_span_context().is_valid:
+        return trace.INVALID_SPAN, "{}"
+    span = _tracer.start_span(
+        f"process {RECORD_EVENTS_STREAM}",
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        attributes={
+            "messaging.system": "nats",
+            "messaging.operation.type": "process",
+            "messaging.destination.name": message.subject,
+            "messaging.message.id": event_id,
+        },
+    )
+    with trace.use_span(span, end_on_exit=False):
+        return span, orjson.dumps(inject_headers()).decode()

@@ -35,9 +35,9 @@ class WebhooksMetrics:
             ),
             attempts=Counter(
                 "webhook_deliveries_total",
-                "Delivery attempts by outcome: delivered, retry (failed, another attempt "
-                "scheduled), failed (no attempts left), refused (target not allowed; retried "
-                "like a failure), too_large.",
+                "Delivery attempts by outcome: delivered (2xx), retry (failed, another attempt "
+                "scheduled) or failed (no attempt left, or nothing can be sent: payload too "
+                "large, secret unreadable). A refused target fails like any other error.",
                 ["outcome"],
                 registry=registry,
             ),

@@ -13,6 +13,7 @@ from crm.workflows.v1 import workflows_pb2, workflows_pb2_grpc
 from crmkit import db, messaging
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
+from crmkit.metrics import observe_pools
 from crmkit.outbound import OutboundPolicy, guarded_session
 from crmkit.principal import PrincipalCodec
 from crmkit.workflow_origin import WorkflowOrigin
@@ -48,6 +49,7 @@ async def serve(settings: WorkflowsSettings) -> None:
         session_settings={"synchronous_commit": "off"},
         reset_session=False,
     )
+    observe_pools(registry, {"workflows": pool, "workflows-runner": run_pool})
     nats = await messaging.connect(settings.NATS_URL, "workflows")
     metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
     records_channel = open_channel(settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT)

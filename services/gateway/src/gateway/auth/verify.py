@@ -121,10 +121,13 @@ class CredentialVerifier:
         try:
             raw = await self._redis.get(credential_cache_key(credential_id))
         except RedisError as exc:
+            self._count_lookup("error")
             log.warning("credential cache unreachable; asking identity", extra={"error": str(exc)})
             return None
         if not isinstance(raw, bytes):
+            self._count_lookup("miss")
             return None
+        self._count_lookup("hit")
         entry = identity_pb2.CachedCredential()
         try:
             entry.ParseFromString(raw)
@@ -143,6 +146,10 @@ class CredentialVerifier:
             raise error from None
         self._count("identity", "OK")
         return principal
+
+    def _count_lookup(self, result: str) -> None:
+        if self._metrics is not None:
+            self._metrics.revocation_checks.labels(result).inc()
 
     def _count(self, source: str, outcome: str) -> None:
         if self._metrics is not None:
