@@ -137,6 +137,7 @@ def test_delivery_log_pages_newest_first(hooks: Hooks) -> None:
     webhook = hooks.create(["person.created"])
     hooks.ws.create_many("person", [{"firstName": f"p{i}"} for i in range(5)])
     hooks.wait_events(webhook["path"], 5)
+    hooks.wait_deliveries(webhook["id"], 5)
     every = hooks.deliveries(webhook["id"])
     assert len(every) == 5
     stamps = [d["createdAt"] for d in every]

@@ -104,6 +104,17 @@ class Hooks:
         data = self.gql(DELIVERIES, {"webhookId": webhook_id, **variables})
         return [edge["node"] for edge in data["webhookDeliveries"]["edges"]]
 
+    def wait_deliveries(
+        self, webhook_id: str, count: int, status: str = "DELIVERED", timeout: float = 60
+    ) -> list[dict[str, Any]]:
+        """The webhook's deliveries in `status`, once there are `count` of them: the receiver
+        sees a request before the deliverer records its outcome."""
+        deadline = time.monotonic() + timeout
+        while len(listed := self.deliveries(webhook_id, status=status)) < count:
+            assert time.monotonic() < deadline, f"{len(listed)} of {count} deliveries {status}"
+            time.sleep(0.2)
+        return listed
+
     # -- records ---------------------------------------------------------------------------------
     def create_record(self, obj: str, data: dict[str, Any]) -> dict[str, Any]:
         return self.ws.create(obj, data)
