@@ -199,8 +199,8 @@ async def run(ctx: BenchContext) -> list[Result]:
         secret = await _create_webhook(http, headers, f"http://127.0.0.1:{port}/hook")
         receiver = Receiver(port, secret)
         try:
-            events = 500 if ctx.smoke else 20_000
-            latency_seconds = 2.0 if ctx.smoke else 30.0
+            events = 200 if ctx.smoke else 20_000
+            latency_seconds = 1.0 if ctx.smoke else 30.0
             # Latency first, on a quiet pipeline; then the sustained load.
             latency = await _latency(http, headers, receiver, latency_seconds)
             throughput = await _throughput(http, headers, receiver, events)
