@@ -37,7 +37,10 @@ import asyncpg
 import orjson
 
 from bench.benchlib import BenchContext, Result, Samples, Seed, compare, drive, p50_over_floor
+from bench.settle import settle
 from records.sql import quote
+
+PROFILES_ITSELF = True  # one profile per workload below, not one for the module
 
 OVERHEAD_BUDGET_MS = 2.0  # REST get and 50-row list, concurrency 1, p50 over the floor
 BATCH_BUDGET = 10_000.0  # records per second through REST batch
@@ -483,7 +486,11 @@ async def run(ctx: BenchContext) -> list[Result]:
             )
             results: list[Result] = []
             for workload in WORKLOADS:
-                rows = await workload(env)
+                if ctx.select is not None and workload.__name__ not in ctx.select:
+                    continue
+                await settle(ctx, timeout=30 if ctx.smoke else 300)
+                async with ctx.profile(f"records.{workload.__name__}"):
+                    rows = await workload(env)
                 for row in rows:
                     print(
                         f"  {row.operation} c={row.concurrency}: {row.requests_per_second:.0f}/s "

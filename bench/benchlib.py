@@ -13,7 +13,8 @@ import asyncio
 import statistics
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,11 @@ class Seed:
         return {"Authorization": f"Bearer {self.token}"}
 
 
+@asynccontextmanager
+async def no_profile(workload: str) -> AsyncIterator[None]:
+    yield
+
+
 @dataclass
 class BenchContext:
     base_url: str
@@ -51,6 +57,9 @@ class BenchContext:
     # Starts one more gateway on the running stack with extra settings and answers its base
     # URL (the runner stops it at the end); None when the stack is not local.
     start_gateway: Callable[[dict[str, str]], Awaitable[str]] | None = None
+    # `async with ctx.profile("name"):` samples the services while the block runs (--profile).
+    profile: Callable[[str], AbstractAsyncContextManager[None]] = no_profile
+    select: set[str] | None = None  # sub-workloads to run (--select); None: all
 
 
 @dataclass

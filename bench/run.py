@@ -38,6 +38,8 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from bench import seed as seeding
 from bench.benchlib import BenchContext, Result, format_table, write_json
+from bench.profiling import Profiler
+from bench.settle import settle
 from crmstack.ports import free_port
 from crmstack.processes import ManagedProcess
 from crmstack.stack import Stack, StackConfig
@@ -75,15 +77,19 @@ WORKLOADS = (
 )
 
 
-def _load(workload: Workload) -> Callable[[BenchContext], Awaitable[list[Result]]] | None:
+RunFunction = Callable[[BenchContext], Awaitable[list[Result]]]
+
+
+def _load(workload: Workload) -> tuple[RunFunction, bool] | None:
+    """The module's run() and whether it profiles its parts itself; None if absent."""
     try:
         module = importlib.import_module(workload.module)
     except ModuleNotFoundError as exc:
         if workload.optional and exc.name == workload.module:
             return None
         raise
-    run: Callable[[BenchContext], Awaitable[list[Result]]] = module.run
-    return run
+    run: RunFunction = module.run
+    return run, bool(getattr(module, "PROFILES_ITSELF", False))
 
 
 def _error_row(workload: Workload, exc: BaseException) -> Result:
@@ -201,15 +207,21 @@ async def run_workloads(
         seed_row.module = "bench.seed"
         results.append(seed_row)
     for workload in wanted:
-        started = time.monotonic()
         print(f"== {workload.name} ({workload.module})", flush=True)
+        await settle(ctx, timeout=30 if ctx.smoke else 300)
+        started = time.monotonic()
         try:
-            run = _load(workload)
-            if run is None:
+            loaded = _load(workload)
+            if loaded is None:
                 print(f"   {workload.module} not present: skipped", flush=True)
                 results.append(_skipped_row(workload))
                 continue
-            rows = await run(ctx)
+            run, profiles_itself = loaded
+            if profiles_itself:
+                rows = await run(ctx)
+            else:
+                async with ctx.profile(workload.name):
+                    rows = await run(ctx)
         except Exception as exc:
             traceback.print_exc()
             broken = True
@@ -229,6 +241,14 @@ def main() -> None:
         w.name for w in WORKLOADS))  # fmt: skip
     parser.add_argument("--enforce-budgets", action="store_true", help="exit 1 on a budget FAIL")
     parser.add_argument("--keep-data", action="store_true", help="keep the stack's data folder")
+    parser.add_argument(
+        "--select", help="comma-separated parts of a workload module (e.g. graphql_list,batch)"
+    )
+    parser.add_argument(
+        "--profile",
+        help="comma-separated services to sample with py-spy during each workload "
+        "(e.g. gateway,records); collapsed stacks in bench/results/profiles/",
+    )
     args = parser.parse_args()
     names = set(args.only.split(",")) if args.only else None
     unknown = (names or set()) - {w.name for w in WORKLOADS}
@@ -266,7 +286,13 @@ def main() -> None:
             nats_url=stack.env["NATS_URL"],
             # A gateway start costs seconds: the smoke run keeps to the one it has.
             start_gateway=None if args.smoke else gateways.start,
+            select=set(args.select.split(",")) if args.select else None,
         )
+        if args.profile:
+            pids = {
+                name: stack.instances[name][0].process.pid or 0 for name in args.profile.split(",")
+            }
+            ctx.profile = Profiler(pids, RESULTS / "profiles")
         results, broken = uvloop.run(run_workloads(ctx, names, sizes))
     finally:
         gateways.stop()
