@@ -36,7 +36,16 @@ import aiohttp
 import asyncpg
 import orjson
 
-from bench.benchlib import BenchContext, Result, Samples, Seed, compare, drive, p50_over_floor
+from bench.benchlib import (
+    BenchContext,
+    CpuMeter,
+    Result,
+    Samples,
+    Seed,
+    compare,
+    drive,
+    p50_over_floor,
+)
 from bench.settle import settle
 from records.sql import quote
 
@@ -151,8 +160,9 @@ async def _pair(
     *,
     requests: int | None = None,
     seconds: float | None = None,
-) -> tuple[Samples, Samples]:
-    """The floor, then the API, the same number of times at the same concurrency."""
+) -> tuple[Samples, Samples, dict[str, float]]:
+    """The floor, then the API, the same number of times at the same concurrency; also the
+    services' CPU time per API request."""
     plan = env.plan
     high = concurrency > 1
     count = requests if requests is not None else (plan.high_requests if high else plan.requests)
@@ -161,10 +171,22 @@ async def _pair(
     floor = await drive(
         floor_call, concurrency=concurrency, requests=count, max_seconds=cap, warmup=warm
     )
+    meter = CpuMeter(env.ctx.service_pids)
+    meter.start()
     api = await drive(
         api_call, concurrency=concurrency, requests=count, max_seconds=cap, warmup=warm
     )
-    return api, floor
+    return api, floor, meter.per_request(api.count + api.errors + warm)
+
+
+def row(
+    name: str,
+    concurrency: int,
+    measured: tuple[Samples, Samples, dict[str, float]],
+    **kwargs: Any,
+) -> Result:
+    api, floor, cpu = measured
+    return compare(name, concurrency, api, floor, cpu=cpu, **kwargs)
 
 
 # -- get by id -------------------------------------------------------------------------------
@@ -189,11 +211,11 @@ async def get_by_id(env: Env) -> list[Result]:
         return await statement_pool.fetchval(sql, uuid.UUID(ids[i * 7919 % len(ids)]))
 
     budget, check = p50_over_floor(OVERHEAD_BUDGET_MS)
-    rows = []
+    rows: list[Result] = []
     one = await _pair(env, 1, api, floor)
-    rows.append(compare("REST get person by id (depth 1)", 1, *one, budget=budget, check=check))
+    rows.append(row("REST get person by id (depth 1)", 1, one, budget=budget, check=check))
     many = await _pair(env, HIGH, api, floor)
-    rows.append(compare("REST get person by id (depth 1)", HIGH, *many, notes="throughput"))
+    rows.append(row("REST get person by id (depth 1)", HIGH, many, notes="throughput"))
     return rows
 
 
@@ -234,8 +256,8 @@ async def filtered_list(env: Env) -> list[Result]:
     one = await _pair(env, 1, api, floor)
     many = await _pair(env, HIGH, api, floor)
     return [
-        compare(name, 1, *one, budget=budget, check=check),
-        compare(name, HIGH, *many, notes="throughput"),
+        row(name, 1, one, budget=budget, check=check),
+        row(name, HIGH, many, notes="throughput"),
     ]
 
 
@@ -262,7 +284,7 @@ async def relation_filter_list(env: Env) -> list[Result]:
             return await connection.fetch(sql, prefixes[i % len(prefixes)])
 
     one = await _pair(env, 1, api, floor)
-    return [compare("REST list 50 people, filter company.name", 1, *one)]
+    return [row("REST list 50 people, filter company.name", 1, one)]
 
 
 # -- writes ----------------------------------------------------------------------------------
@@ -327,7 +349,7 @@ async def create_one(env: Env) -> list[Result]:
     one = await _pair(env, 1, api, floor, requests=env.plan.requests // 2 or 1)
     many = await _pair(env, HIGH, api, floor)
     name = "REST create person (+ outbox event)"
-    return [compare(name, 1, *one), compare(name, HIGH, *many, notes="throughput")]
+    return [row(name, 1, one), row(name, HIGH, many, notes="throughput")]
 
 
 async def batch(env: Env) -> list[Result]:
@@ -356,25 +378,22 @@ async def batch(env: Env) -> list[Result]:
     results = []
     for concurrency in (1, 4):
         count = env.plan.batches * concurrency
-        api_samples, floor_samples = await _pair(
-            env, concurrency, api, floor, requests=count, seconds=60.0
-        )
-        rate = api_samples.rate * BATCH
-        notes = f"{rate:,.0f} records/s (floor {floor_samples.rate * BATCH:,.0f})"
+        measured = await _pair(env, concurrency, api, floor, requests=count, seconds=60.0)
+        rate = measured[0].rate * BATCH
+        notes = f"{rate:,.0f} records/s (floor {measured[1].rate * BATCH:,.0f})"
         if concurrency == 4:
             results.append(
-                compare(
+                row(
                     name,
                     concurrency,
-                    api_samples,
-                    floor_samples,
+                    measured,
                     budget=f">= {BATCH_BUDGET:,.0f} records/s",
                     check=lambda row: row.requests_per_second * BATCH >= BATCH_BUDGET,
                     notes=notes,
                 )
             )
         else:
-            results.append(compare(name, concurrency, api_samples, floor_samples, notes=notes))
+            results.append(row(name, concurrency, measured, notes=notes))
     return results
 
 
@@ -411,7 +430,7 @@ async def graphql_list(env: Env) -> list[Result]:
     name = "GraphQL list 50 people with company"
     one = await _pair(env, 1, api, floor)
     many = await _pair(env, HIGH, api, floor)
-    return [compare(name, 1, *one), compare(name, HIGH, *many, notes="throughput")]
+    return [row(name, 1, one), row(name, HIGH, many, notes="throughput")]
 
 
 AGGREGATE_QUERY = """{ opportunitiesAggregate(filter: {stage: {in: [WON, LOST]}}) {
@@ -454,8 +473,8 @@ async def aggregates(env: Env) -> list[Result]:
     group = await _pair(env, 1, api_group, floor_group, requests=count)
     size = len(env.seed.opportunity_ids)
     return [
-        compare(f"GraphQL aggregate over {size} opportunities", 1, *aggregate),
-        compare(f"REST groupBy stage over {size} opportunities", 1, *group),
+        row(f"GraphQL aggregate over {size} opportunities", 1, aggregate),
+        row(f"REST groupBy stage over {size} opportunities", 1, group),
     ]
 
 
@@ -491,10 +510,12 @@ async def run(ctx: BenchContext) -> list[Result]:
                 await settle(ctx, timeout=30 if ctx.smoke else 300)
                 async with ctx.profile(f"records.{workload.__name__}"):
                     rows = await workload(env)
-                for row in rows:
+                for line in rows:
                     print(
-                        f"  {row.operation} c={row.concurrency}: {row.requests_per_second:.0f}/s "
-                        f"p50 {row.p50_ms:.2f} ms (floor {row.floor_p50_ms or 0:.2f})",
+                        f"  {line.operation} c={line.concurrency}: "
+                        f"{line.requests_per_second:.0f}/s p50 {line.p50_ms:.2f} ms "
+                        f"(floor {line.floor_p50_ms or 0:.2f}); "
+                        f"cpu ms/request {line.cpu_ms_per_request}",
                         flush=True,
                     )
                 results.extend(rows)

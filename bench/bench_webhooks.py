@@ -194,7 +194,11 @@ async def _latency(
 
 async def run(ctx: BenchContext) -> list[Result]:
     port = free_port()
-    async with httpx.AsyncClient(base_url=ctx.base_url, timeout=60) as http:
+    async with httpx.AsyncClient(
+        base_url=ctx.base_url,
+        timeout=httpx.Timeout(60, pool=None),
+        limits=httpx.Limits(max_connections=200),
+    ) as http:
         headers = await _signup(http)
         secret = await _create_webhook(http, headers, f"http://127.0.0.1:{port}/hook")
         receiver = Receiver(port, secret)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 
 
 @dataclass
@@ -60,6 +61,7 @@ class BenchContext:
     # `async with ctx.profile("name"):` samples the services while the block runs (--profile).
     profile: Callable[[str], AbstractAsyncContextManager[None]] = no_profile
     select: set[str] | None = None  # sub-workloads to run (--select); None: all
+    service_pids: dict[str, int] = field(default_factory=dict)  # e.g. {"gateway": 1234}
 
 
 @dataclass
@@ -78,6 +80,9 @@ class Result:
     floor_p99_ms: float | None = None
     errors: int = 0
     module: str = ""  # set by the runner: the workload module that produced the row
+    # CPU time each service spent per request during the run (user + system, all threads):
+    # unlike latency it hardly depends on what else the machine is doing.
+    cpu_ms_per_request: dict[str, float] = field(default_factory=dict)
 
     @property
     def requests_per_second(self) -> float:
@@ -165,6 +170,7 @@ def compare(
     budget: str = "",
     check: Callable[[Result], bool] | None = None,
     notes: str = "",
+    cpu: dict[str, float] | None = None,
 ) -> Result:
     """One table row from a measured operation and its floor; `check` decides pass/fail."""
     row = Result(
@@ -180,6 +186,7 @@ def compare(
         budget=budget,
         errors=api.errors,
         notes=notes,
+        cpu_ms_per_request=cpu or {},
     )
     if api.first_error:
         row.notes = (row.notes + "; " if row.notes else "") + f"first error: {api.first_error}"
@@ -188,6 +195,40 @@ def compare(
     if check is not None:
         row.passed = api.count > 0 and api.errors == 0 and check(row)
     return row
+
+
+class CpuMeter:
+    """CPU seconds used by the stack's service processes between start() and stop()."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.processes = {}
+        for name, pid in pids.items():
+            try:
+                self.processes[name] = psutil.Process(pid)
+            except psutil.Error:
+                continue
+        self.before: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        used = {}
+        for name, process in self.processes.items():
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            used[name] = times.user + times.system
+        return used
+
+    def start(self) -> None:
+        self.before = self._now()
+
+    def per_request(self, requests: int) -> dict[str, float]:
+        after = self._now()
+        return {
+            name: round((after[name] - self.before[name]) * 1000 / requests, 3)
+            for name in after
+            if name in self.before and requests > 0
+        }
 
 
 def p50_over_floor(limit_ms: float) -> tuple[str, Callable[[Result], bool]]:

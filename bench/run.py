@@ -189,10 +189,14 @@ class ExtraGateways:
     def stop(self) -> None:
         for process in self.started:
             process.stop()
+        self.started.clear()
 
 
 async def run_workloads(
-    ctx: BenchContext, names: set[str] | None, sizes: seeding.Sizes
+    ctx: BenchContext,
+    names: set[str] | None,
+    sizes: seeding.Sizes,
+    gateways: ExtraGateways | None = None,
 ) -> tuple[list[Result], bool]:
     results: list[Result] = []
     broken = False
@@ -227,11 +231,22 @@ async def run_workloads(
             broken = True
             results.append(_error_row(workload, exc))
             continue
+        finally:
+            if gateways is not None:
+                gateways.stop()  # a module's extra gateways end with it
         for row in rows:
             row.module = workload.module
         results.extend(rows)
         print(f"   {len(rows)} rows in {time.monotonic() - started:.1f} s", flush=True)
     return results, broken
+
+
+def _note_line(row: Result) -> str:
+    parts = [row.notes] if row.notes else []
+    if row.cpu_ms_per_request:
+        used = ", ".join(f"{name} {ms:.2f}" for name, ms in row.cpu_ms_per_request.items())
+        parts.append(f"cpu ms/request: {used}")
+    return f"  {row.operation} (c={row.concurrency}): {'; '.join(parts)}" if parts else ""
 
 
 def main() -> None:
@@ -287,13 +302,18 @@ def main() -> None:
             # A gateway start costs seconds: the smoke run keeps to the one it has.
             start_gateway=None if args.smoke else gateways.start,
             select=set(args.select.split(",")) if args.select else None,
+            service_pids={
+                name: instances[0].process.pid or 0
+                for name, instances in stack.instances.items()
+                if name in ("gateway", "records", "webhooks")
+            },
         )
         if args.profile:
             pids = {
                 name: stack.instances[name][0].process.pid or 0 for name in args.profile.split(",")
             }
             ctx.profile = Profiler(pids, RESULTS / "profiles")
-        results, broken = uvloop.run(run_workloads(ctx, names, sizes))
+        results, broken = uvloop.run(run_workloads(ctx, names, sizes, gateways))
     finally:
         gateways.stop()
         stack.stop()
@@ -307,7 +327,7 @@ def main() -> None:
             if not row.operation.endswith(": ERROR"):
                 row.passed = None  # budgets are not judged on a smoke run
     table = format_table(results)
-    notes = "\n".join(f"  {r.operation} (c={r.concurrency}): {r.notes}" for r in results if r.notes)
+    notes = "\n".join(line for line in map(_note_line, results) if line)
     header = (
         f"{'SMOKE RUN: numbers are not meaningful, budgets not enforced. ' if args.smoke else ''}"
         f"{description['cpu']}, {description['cores']} cores, load average "
