@@ -8,8 +8,9 @@ The stack is started with the same launcher as `make run` (libs/crmstack), on lo
 stopped by PID at the end. Workloads are the modules listed in `WORKLOADS` (contract in
 bench/README.md); an optional module that is not there yet is skipped with a note. The table
 is printed and written with the machine's description to bench/results/latest.json (smoke:
-smoke.json) and latest.txt. Exit status: 1 if a workload broke (raised); budget misses are
-reported, and fail the run only with --enforce-budgets (never in smoke mode).
+smoke.json; a partial run: partial.json), with a .txt copy. Exit status: 1 if a workload broke
+(raised); budget misses are reported, and fail the run only with --enforce-budgets (never in
+smoke mode).
 """
 
 from __future__ import annotations
@@ -338,7 +339,9 @@ def main() -> None:
     print(header)
     print(table)
     print(notes)
-    name = "smoke" if args.smoke else "latest"
+    # A partial run (--only, --select, --profile) must not replace the full run's figures.
+    partial = bool(args.only or args.select or args.profile)
+    name = "smoke" if args.smoke else ("partial" if partial else "latest")
     write_json(results, RESULTS / f"{name}.json", description)
     (RESULTS / f"{name}.txt").write_text(f"{header}\n{table}\n{notes}\n")
     print(f"\nwritten: {RESULTS / (name + '.json')}")
