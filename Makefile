@@ -13,7 +13,7 @@ UV ?= uv
 IMAGE_TAG ?= dev
 
 .PHONY: install proto run test lint typecheck unit integration clean proto-check chromium \
-	requirements images kind-test chart-check images-check
+	requirements images kind-test chart-check images-check bench bench-smoke
 
 install: $(STAMP)
 
@@ -68,7 +68,17 @@ chart-check: install proto
 images-check: install proto
 	$(PY) -m pytest tests/images -q
 
-test: lint typecheck unit chart-check images-check integration
+test: lint typecheck unit chart-check images-check integration bench-smoke
+
+# The benchmark suite (bench/README.md): its own stack, a seeded data set (130k records), every
+# workload beside its PostgreSQL floor; table and JSON in bench/results/. Minutes; never in `test`.
+bench: install proto
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+# The same code in seconds (tiny data set, few iterations, budgets not judged): part of `test`,
+# so the benchmarks cannot rot.
+bench-smoke: install proto
+	$(PY) bench/run.py --smoke
 
 # The hashed requirement files: requirements/dev.txt, requirements/proto.txt and one per image
 # (services/<name>/requirements.txt), compiled with uv (`make requirements UV=/path/to/uv`).

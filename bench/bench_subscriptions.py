@@ -433,7 +433,11 @@ async def run(ctx: BenchContext) -> list[Result]:
     count = 30 if ctx.smoke else 1000
     fan_out_subscribers = 50 if ctx.smoke else 1000
     fan_out_events = 2 if ctx.smoke else 10
-    async with httpx.AsyncClient(base_url=ctx.base_url, timeout=30) as http:
+    async with httpx.AsyncClient(
+        base_url=ctx.base_url,
+        timeout=httpx.Timeout(30, pool=None),
+        limits=httpx.Limits(max_connections=200),
+    ) as http:
         account = await _signup(http)
         token = account["accessToken"]
         workspace_id = account["workspace"]["id"]

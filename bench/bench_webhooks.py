@@ -195,13 +195,17 @@ async def _latency(
 
 async def run(ctx: BenchContext) -> list[Result]:
     port = free_port()
-    async with httpx.AsyncClient(base_url=ctx.base_url, timeout=60) as http:
+    async with httpx.AsyncClient(
+        base_url=ctx.base_url,
+        timeout=httpx.Timeout(60, pool=None),
+        limits=httpx.Limits(max_connections=200),
+    ) as http:
         headers = await _signup(http)
         secret = await _create_webhook(http, headers, f"http://127.0.0.1:{port}/hook")
         receiver = Receiver(port, secret)
         try:
-            events = 500 if ctx.smoke else 20_000
-            latency_seconds = 2.0 if ctx.smoke else 30.0
+            events = 200 if ctx.smoke else 20_000
+            latency_seconds = 1.0 if ctx.smoke else 30.0
             # Latency first, on a quiet pipeline; then the sustained load.
             latency = await _latency(http, headers, receiver, latency_seconds)
             throughput = await _throughput(http, headers, receiver, events)

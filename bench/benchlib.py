@@ -1,20 +1,49 @@
-"""What every benchmark in bench/ shares: the result row, percentiles, the table and JSON output.
+"""What every benchmark in bench/ shares: the context, the result row, the load driver,
+percentiles, the table and JSON output.
 
 A benchmark module exposes `async def run(ctx: BenchContext) -> list[Result]`; `make bench`
 (and `make bench-smoke`, which `make test` runs) collects every module's rows into one table and
-`bench/results/latest.json`. Budgets are stated here, beside the number they bound, and never
-asserted in tests.
+`bench/results/latest.json` (see bench/README.md for the contract). Budgets are stated in each
+module, beside the number they bound, and never asserted in tests.
 """
 
 from __future__ import annotations
 
+import asyncio
 import statistics
-from collections.abc import Sequence
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
+
+
+@dataclass
+class Seed:
+    """The seeded workspace (`bench/seed.py`): who to call it as and what is in it."""
+
+    token: str  # a bearer access token of the workspace's admin
+    workspace_id: str
+    schema: str  # the workspace's Postgres schema (ws_<hex>)
+    company_ids: list[str]
+    person_ids: list[str]
+    opportunity_ids: list[str]
+    job_titles: list[str]  # values of person.jobTitle (filters select about one in len())
+    company_names: list[str]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@asynccontextmanager
+async def no_profile(workload: str) -> AsyncIterator[None]:
+    yield
 
 
 @dataclass
@@ -25,6 +54,14 @@ class BenchContext:
     redis_url: str = ""
     nats_url: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    seed: Seed | None = None  # the shared data set, when the runner seeded one
+    # Starts one more gateway on the running stack with extra settings and answers its base
+    # URL (the runner stops it at the end); None when the stack is not local.
+    start_gateway: Callable[[dict[str, str]], Awaitable[str]] | None = None
+    # `async with ctx.profile("name"):` samples the services while the block runs (--profile).
+    profile: Callable[[str], AbstractAsyncContextManager[None]] = no_profile
+    select: set[str] | None = None  # sub-workloads to run (--select); None: all
+    service_pids: dict[str, int] = field(default_factory=dict)  # e.g. {"gateway": 1234}
 
 
 @dataclass
@@ -39,6 +76,13 @@ class Result:
     budget: str = ""
     passed: bool | None = None  # None when there is no budget
     notes: str = ""
+    floor_requests_per_second: float | None = None
+    floor_p99_ms: float | None = None
+    errors: int = 0
+    module: str = ""  # set by the runner: the workload module that produced the row
+    # CPU time each service spent per request during the run (user + system, all threads):
+    # unlike latency it hardly depends on what else the machine is doing.
+    cpu_ms_per_request: dict[str, float] = field(default_factory=dict)
 
     @property
     def requests_per_second(self) -> float:
@@ -58,6 +102,144 @@ class Result:
         return data
 
 
+@dataclass
+class Samples:
+    """What one driven run measured: per-request latencies, wall time, failures."""
+
+    latencies_ms: list[float]
+    seconds: float
+    errors: int = 0
+    first_error: str = ""
+    statuses: Counter[int] = field(default_factory=Counter)
+
+    @property
+    def count(self) -> int:
+        return len(self.latencies_ms)
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else 0.0
+
+    def p(self, q: float) -> float:
+        return percentile(sorted(self.latencies_ms), q)
+
+
+async def drive(
+    operation: Callable[[int], Awaitable[object]],
+    *,
+    concurrency: int,
+    requests: int,
+    max_seconds: float,
+    warmup: int = 0,
+) -> Samples:
+    """Closed loop: `concurrency` workers call `operation(i)` until `requests` calls are done or
+    `max_seconds` have passed. A call that raises counts as an error (no latency sample)."""
+    for index in range(warmup):
+        await operation(-1 - index)
+    next_index = 0
+    latencies: list[float] = []
+    samples = Samples(latencies, 0.0)
+    deadline = time.monotonic() + max_seconds
+
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < requests and time.monotonic() < deadline:
+            index = next_index
+            next_index += 1
+            started = time.perf_counter()
+            try:
+                await operation(index)
+            except Exception as exc:  # a failed call is counted, not fatal to the run
+                samples.errors += 1
+                samples.first_error = samples.first_error or f"{type(exc).__name__}: {exc}"
+                continue
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    samples.seconds = time.perf_counter() - started
+    return samples
+
+
+def compare(
+    operation: str,
+    concurrency: int,
+    api: Samples,
+    floor: Samples | None,
+    *,
+    budget: str = "",
+    check: Callable[[Result], bool] | None = None,
+    notes: str = "",
+    cpu: dict[str, float] | None = None,
+) -> Result:
+    """One table row from a measured operation and its floor; `check` decides pass/fail."""
+    row = Result(
+        operation=operation,
+        concurrency=concurrency,
+        requests=api.count,
+        seconds=api.seconds,
+        p50_ms=api.p(50),
+        p99_ms=api.p(99),
+        floor_p50_ms=floor.p(50) if floor is not None and floor.count else None,
+        floor_p99_ms=floor.p(99) if floor is not None and floor.count else None,
+        floor_requests_per_second=floor.rate if floor is not None and floor.count else None,
+        budget=budget,
+        errors=api.errors,
+        notes=notes,
+        cpu_ms_per_request=cpu or {},
+    )
+    if api.first_error:
+        row.notes = (row.notes + "; " if row.notes else "") + f"first error: {api.first_error}"
+    if floor is not None and floor.first_error:
+        row.notes = (row.notes + "; " if row.notes else "") + f"floor error: {floor.first_error}"
+    if check is not None:
+        row.passed = api.count > 0 and api.errors == 0 and check(row)
+    return row
+
+
+class CpuMeter:
+    """CPU seconds used by the stack's service processes between start() and stop()."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.processes = {}
+        for name, pid in pids.items():
+            try:
+                self.processes[name] = psutil.Process(pid)
+            except psutil.Error:
+                continue
+        self.before: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        used = {}
+        for name, process in self.processes.items():
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            used[name] = times.user + times.system
+        return used
+
+    def start(self) -> None:
+        self.before = self._now()
+
+    def per_request(self, requests: int) -> dict[str, float]:
+        after = self._now()
+        return {
+            name: round((after[name] - self.before[name]) * 1000 / requests, 3)
+            for name in after
+            if name in self.before and requests > 0
+        }
+
+
+def p50_over_floor(limit_ms: float) -> tuple[str, Callable[[Result], bool]]:
+    """Budget: p50 at most `limit_ms` above the floor's p50."""
+
+    def check(row: Result) -> bool:
+        return row.floor_p50_ms is not None and row.p50_ms - row.floor_p50_ms <= limit_ms
+
+    return f"p50 <= floor + {limit_ms:g} ms", check
+
+
 def percentile(samples_ms: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) of latency samples in milliseconds."""
     if not samples_ms:
@@ -71,18 +253,21 @@ def percentile(samples_ms: Sequence[float], q: float) -> float:
 
 def format_table(results: Sequence[Result]) -> str:
     header = (
-        f"{'operation':<44} {'conc':>4} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'floor':>7} {'ratio':>6}  {'budget':<32} result"
+        f"{'operation':<48} {'conc':>4} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'floor/s':>9} {'floor50':>7} {'ratio':>6}  {'budget':<30} result"
     )
     lines = [header, "-" * len(header)]
     for row in results:
         floor = "" if row.floor_p50_ms is None else f"{row.floor_p50_ms:.2f}"
+        floor_rate = (
+            "" if row.floor_requests_per_second is None else f"{row.floor_requests_per_second:.1f}"
+        )
         ratio = "" if row.ratio_to_floor is None else f"{row.ratio_to_floor:.1f}x"
         verdict = "-" if row.passed is None else ("pass" if row.passed else "FAIL")
         lines.append(
-            f"{row.operation:<44} {row.concurrency:>4} {row.requests_per_second:>9.1f} "
-            f"{row.p50_ms:>8.2f} {row.p99_ms:>8.2f} {floor:>7} {ratio:>6}  {row.budget:<32} "
-            f"{verdict}"
+            f"{row.operation:<48} {row.concurrency:>4} {row.requests_per_second:>9.1f} "
+            f"{row.p50_ms:>8.2f} {row.p99_ms:>8.2f} {floor_rate:>9} {floor:>7} {ratio:>6}  "
+            f"{row.budget:<30} {verdict}"
         )
     return "\n".join(lines)
 

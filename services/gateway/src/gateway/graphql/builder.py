@@ -38,7 +38,7 @@ from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import GeneratedTypes, SchemaPart
 from gateway.graphql.records import RecordOperations, resolve_many_to_one, resolve_one_to_many
 from gateway.graphql.scalars import schema_config
-from gateway.graphql.schema import GatewaySchema
+from gateway.graphql.schema import GatewaySchema, schema_extensions
 from gateway.graphql.typemap import (
     GENERATED_MODULE,
     INPUT_SCALARS,
@@ -655,6 +655,7 @@ def build_workspace_schema(
         mutation=merge_types("Mutation", tuple(mutations)) if mutations else None,
         subscription=merge_types("Subscription", tuple(subscriptions)) if subscriptions else None,
         config=schema_config(),
+        extensions=schema_extensions(),
     )
     return WorkspaceGraphQL(schema, model.fingerprint, tuple(builder.skipped))
 

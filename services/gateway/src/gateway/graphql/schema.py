@@ -4,10 +4,11 @@ names are the ones the generated workspace schemas must avoid)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import strawberry
 from graphql import GraphQLError
+from strawberry.extensions import ParserCache, SchemaExtension, ValidationCache
 from strawberry.tools import merge_types
 from strawberry.types import ExecutionContext
 
@@ -17,6 +18,17 @@ from gateway.graphql.parts import SchemaPart
 from gateway.graphql.scalars import schema_config
 
 log = logging.getLogger("gateway.graphql")
+
+# Clients send the same few query texts over and over: their parsed documents and validation
+# results are kept (bounded LRU, shared by every schema; validation is keyed by schema too).
+DOCUMENT_CACHE_SIZE = 512
+
+
+def schema_extensions() -> list[Callable[[], SchemaExtension]]:
+    return [
+        lambda: ParserCache(maxsize=DOCUMENT_CACHE_SIZE),
+        lambda: ValidationCache(maxsize=DOCUMENT_CACHE_SIZE),
+    ]
 
 
 class GatewaySchema(strawberry.Schema):
@@ -46,4 +58,5 @@ def build_static_schema(
         mutation=merge_types("Mutation", mutations) if mutations else None,
         subscription=merge_types("Subscription", subscriptions) if subscriptions else None,
         config=schema_config(),
+        extensions=schema_extensions(),
     )
