@@ -71,10 +71,10 @@ class Workload:
 WORKLOADS = (
     Workload("records", "bench.bench_records"),
     Workload("burst", "bench.bench_burst"),
-    Workload("rate_limit", "bench.bench_rate_limit", optional=True),
+    Workload("rate_limit", "bench.bench_rate_limit"),
     Workload("webhooks", "bench.bench_webhooks"),
     Workload("subscriptions", "bench.bench_subscriptions"),
-    Workload("workflows", "bench.bench_workflows", optional=True),
+    Workload("workflows", "bench.bench_workflows"),
 )
 
 
