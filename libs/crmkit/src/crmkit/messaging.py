@@ -56,6 +56,10 @@ async def connect(url: str, name: str) -> NatsClient:
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,
         connect_timeout=5,
+        # drain() waits for every message already buffered for a pull consumer to be fetched,
+        # which never happens once the consumer loop is cancelled; nats-py's default of 30 s
+        # outlasts the shutdown grace. Unacknowledged messages are redelivered by JetStream.
+        drain_timeout=2,
         allow_reconnect=True,
         disconnected_cb=on_disconnected,
         reconnected_cb=on_reconnected,

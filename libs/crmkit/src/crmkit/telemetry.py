@@ -1,7 +1,8 @@
 """OpenTelemetry tracing, configured only by the standard OTEL_* variables.
 
 An OTLP/HTTP exporter is installed when OTEL_EXPORTER_OTLP_ENDPOINT (or the traces-specific
-variable) is set; otherwise spans are still created, so logs carry trace ids, but not exported.
+variable) is set; otherwise spans are not recorded (unless OTEL_TRACES_SAMPLER says so or the
+caller's sampled traceparent asks for it), but trace ids are still made, so logs carry them.
 Context travels as W3C traceparent in HTTP headers, gRPC metadata and NATS headers; outbound
 HTTP through `crmkit.outbound.guarded_session` carries it too (`http_client_tracing`).
 """
@@ -18,6 +19,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
 TRACE_HEADERS = ("traceparent", "tracestate")
 _http_tracer = trace.get_tracer("crmkit.http")
@@ -26,11 +28,18 @@ _http_tracer = trace.get_tracer("crmkit.http")
 def configure_tracing(service_name: str) -> TracerProvider:
     """Install the global tracer provider for this process and return it (shut it down on exit)."""
     name = os.environ.get("OTEL_SERVICE_NAME") or service_name
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    resource = Resource.create({"service.name": name})
     if _exporter_configured():
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+        provider = TracerProvider(resource=resource)
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    elif os.environ.get("OTEL_TRACES_SAMPLER"):
+        provider = TracerProvider(resource=resource)
+    else:
+        # Nothing would export the spans: ids are still made (logs carry them, context still
+        # travels) but spans are not recorded unless the caller's traceparent asks for it.
+        provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_OFF))
     trace.set_tracer_provider(provider)
     return provider
 
