@@ -25,6 +25,7 @@ def main() -> None:
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=10,
+            timeout_keep_alive=settings.HTTP_KEEPALIVE_TIMEOUT,
             # GraphQL WebSockets without permessage-deflate: a zlib context per socket (tens of
             # kB each) and a compression per subscriber per event cost more than the bytes they
             # save (as the ws library for Node also decides by default).

@@ -13,6 +13,9 @@ from crmkit.settings import CommonSettings, Duration, NatsSettings, RedisSetting
 class GatewaySettings(CommonSettings, RedisSettings, NatsSettings):
     HOST: str = "0.0.0.0"
     PORT: int = Field(default=3000, ge=1, le=65535)
+    # Longer than the idle timeout of load balancers and HTTP client pools (60 s, 15 s): the
+    # client side closes an idle connection first, so a request never meets a half-closed one.
+    HTTP_KEEPALIVE_TIMEOUT: int = Field(default=75, ge=1)
     IDENTITY_ADDR: str
     METADATA_ADDR: str
     RECORDS_ADDR: str
