@@ -1,4 +1,5 @@
-"""Pages of a service's own lists (webhooks, workflows, runs): `first` and an id as cursor."""
+"""Pages of a service's own lists (webhooks, workflows, runs, identity's lists): `first` and an
+id as cursor."""
 
 from __future__ import annotations
 
@@ -39,6 +40,6 @@ def page_info(rows: Sequence[Any], page: Page) -> tuple[list[Any], common_pb2.Pa
         has_next_page=len(rows) > page.size, has_previous_page=page.after is not None
     )
     if items:
-        info.start_cursor = items[0]["id"]
-        info.end_cursor = items[-1]["id"]
+        info.start_cursor = str(items[0]["id"])
+        info.end_cursor = str(items[-1]["id"])
     return items, info

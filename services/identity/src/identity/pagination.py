@@ -1,36 +1,10 @@
-"""Keyset pages over (created_at, id). The cursor is an item's id: `after` = the last id seen."""
+"""Keyset pages over (created_at, id) of identity's tables; paging itself is crmkit.paging."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from crmkit.paging import Page, page_info, read_page
 
-import asyncpg
-
-from crm.common.v1 import common_pb2
-from crmkit.errors import InvalidArgument
-
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 200
-
-
-@dataclass(frozen=True)
-class Page:
-    size: int
-    after: uuid.UUID | None
-
-
-def read_page(request: common_pb2.PageRequest) -> Page:
-    if request.first < 0 or request.first > MAX_PAGE_SIZE:
-        raise InvalidArgument(f"first must be between 1 and {MAX_PAGE_SIZE}", field="first")
-    after: uuid.UUID | None = None
-    if request.after:
-        try:
-            after = uuid.UUID(request.after)
-        except ValueError:
-            raise InvalidArgument("after must be the id of an item", field="after") from None
-    return Page(request.first or DEFAULT_PAGE_SIZE, after)
+__all__ = ["Page", "after_clause", "page_info", "read_page"]
 
 
 def after_clause(alias: str, table: str, parameter: str) -> str:
@@ -39,17 +13,3 @@ def after_clause(alias: str, table: str, parameter: str) -> str:
         f"({parameter}::uuid IS NULL OR ({alias}.created_at, {alias}.id) > "
         f"(SELECT created_at, id FROM identity.{table} WHERE id = {parameter}))"
     )
-
-
-def page_info(
-    rows: Sequence[asyncpg.Record], page: Page
-) -> tuple[list[asyncpg.Record], common_pb2.PageInfo]:
-    """The page's rows (fetched with one extra row to know whether more follow) and its info."""
-    items = list(rows[: page.size])
-    info = common_pb2.PageInfo(
-        has_next_page=len(rows) > page.size, has_previous_page=page.after is not None
-    )
-    if items:
-        info.start_cursor = str(items[0]["id"])
-        info.end_cursor = str(items[-1]["id"])
-    return items, info
