@@ -16,13 +16,10 @@ a separate process) verifies every signature and timestamp with `examples/webhoo
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +28,7 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.benchlib import BenchContext, Result, format_table, percentile
+from bench.benchlib import BenchContext, Result, main_on_own_stack, percentile
 from crmstack.ports import free_port, wait_for_port
 
 THROUGHPUT_BUDGET = 1000.0  # deliveries per second
@@ -215,39 +212,7 @@ async def run(ctx: BenchContext) -> list[Result]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="seconds-long run")
-    args = parser.parse_args()
-
-    from crmstack.stack import Stack, StackConfig
-
-    data_dir = Path(tempfile.mkdtemp(prefix="crm-bench-webhooks-"))
-    stack = Stack(
-        StackConfig(
-            data_dir=data_dir,
-            app_secret=secrets.token_urlsafe(48),
-            extra_env={
-                "LOG_LEVEL": "WARNING",
-                "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
-                "API_RATE_LIMITING_LIMIT": "100000000",  # the benchmark measures events, not limits
-            },
-        )
-    )
-    stack.start()
-    try:
-        context = BenchContext(
-            base_url=stack.base_url,
-            smoke=args.smoke,
-            database_url=stack.env["DATABASE_URL"],
-            nats_url=stack.env["NATS_URL"],
-        )
-        results = asyncio.run(run(context))
-    finally:
-        stack.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
-    print(format_table(results))
-    for row in results:
-        print(f"  {row.operation}: {row.requests_per_second:.0f}/s; {row.notes}")
+    main_on_own_stack(run, __doc__.split("\n\n")[0], "webhooks")
 
 
 if __name__ == "__main__":

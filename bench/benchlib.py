@@ -13,7 +13,7 @@ import asyncio
 import statistics
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -276,3 +276,46 @@ def write_json(results: Sequence[Result], path: Path, machine: dict[str, Any]) -
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"machine": machine, "results": [row.as_json() for row in results]}
     path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+
+
+def main_on_own_stack(
+    run: Callable[[BenchContext], Coroutine[Any, Any, list[Result]]], description: str, name: str
+) -> None:
+    """`python bench/<module>.py [--smoke]`: one workload module on a stack of its own."""
+    import argparse
+    import secrets
+    import shutil
+    import tempfile
+
+    from crmstack.stack import Stack, StackConfig
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--smoke", action="store_true", help="seconds-long run")
+    args = parser.parse_args()
+    data_dir = Path(tempfile.mkdtemp(prefix=f"crm-bench-{name}-"))
+    stack = Stack(
+        StackConfig(
+            data_dir=data_dir,
+            app_secret=secrets.token_urlsafe(48),
+            extra_env={
+                "LOG_LEVEL": "WARNING",
+                "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
+                "API_RATE_LIMITING_LIMIT": "100000000",  # workloads measure the API, not limits
+            },
+        )
+    )
+    stack.start()
+    try:
+        context = BenchContext(
+            base_url=stack.base_url,
+            smoke=args.smoke,
+            database_url=stack.env["DATABASE_URL"],
+            nats_url=stack.env["NATS_URL"],
+        )
+        results: list[Result] = asyncio.run(run(context))
+    finally:
+        stack.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    print(format_table(results))
+    for row in results:
+        print(f"  {row.operation}: {row.requests_per_second:.0f}/s; {row.notes}")

@@ -11,7 +11,9 @@ misses, which identity answers from Postgres.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -22,6 +24,9 @@ from crmkit.errors import Unavailable
 from crmkit.tokens import credential_cache_key
 from identity.db_types import Connection
 
+if TYPE_CHECKING:
+    import asyncpg
+
 log = logging.getLogger("identity.cache")
 
 
@@ -31,6 +36,16 @@ async def lock_workspace(connection: Connection, workspace_id: str, *, exclusive
     await connection.execute(
         f"SELECT {function}(hashtextextended($1, 0))", "identity.workspace:" + workspace_id
     )
+
+
+@asynccontextmanager
+async def workspace_change(
+    pool: asyncpg.Pool[asyncpg.Record], workspace_id: str
+) -> AsyncIterator[Connection]:
+    """A transaction holding the workspace's exclusive lock: an admin's credential change."""
+    async with pool.acquire() as connection, connection.transaction():
+        await lock_workspace(connection, workspace_id, exclusive=True)
+        yield connection
 
 
 def rejected(reason: int) -> identity_pb2.CachedCredential:

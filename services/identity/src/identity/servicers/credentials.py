@@ -16,7 +16,7 @@ from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
 from crmkit.tokens import SecretKind, new_secret_token
 from identity import validation
 from identity.access import require_api_keys_flag, require_user
-from identity.cache import lock_workspace
+from identity.cache import lock_workspace, workspace_change
 from identity.credentials import load_api_keys, load_personal_access_tokens
 from identity.deps import Deps
 from identity.pagination import after_clause, page_info, read_page
@@ -136,8 +136,7 @@ class CredentialServicer(identity_pb2_grpc.CredentialServiceServicer):
         principal = deps.codec.require(context)
         require_api_keys_flag(principal)
         key_id = uuid.UUID(validation.uuid_text(request.id, "id"))
-        async with deps.pool.acquire() as connection, connection.transaction():
-            await lock_workspace(connection, principal.workspace_id, exclusive=True)
+        async with workspace_change(deps.pool, principal.workspace_id) as connection:
             revoked = await connection.fetchval(
                 "UPDATE identity.api_keys SET revoked_at = now() "
                 "WHERE id = $1 AND workspace_id = $2 AND revoked_at IS NULL RETURNING id",
@@ -210,8 +209,7 @@ class CredentialServicer(identity_pb2_grpc.CredentialServiceServicer):
         principal = deps.codec.require(context)
         user_id = uuid.UUID(require_user(principal))
         token_id = uuid.UUID(validation.uuid_text(request.id, "id"))
-        async with deps.pool.acquire() as connection, connection.transaction():
-            await lock_workspace(connection, principal.workspace_id, exclusive=True)
+        async with workspace_change(deps.pool, principal.workspace_id) as connection:
             revoked = await connection.fetchval(
                 "UPDATE identity.personal_access_tokens SET revoked_at = now() "
                 "WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL RETURNING id",

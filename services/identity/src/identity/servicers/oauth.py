@@ -22,7 +22,7 @@ from crmkit.errors import InvalidArgument, NotFound, Unauthenticated
 from crmkit.tokens import hash_secret, secret_matches
 from identity import validation
 from identity.access import require_admin
-from identity.cache import lock_workspace
+from identity.cache import lock_workspace, workspace_change
 from identity.deps import Deps
 from identity.login import check_password
 from identity.oauth import (
@@ -166,8 +166,7 @@ class OAuthServicer(identity_pb2_grpc.OAuthServiceServicer):
         principal = deps.codec.require(context)
         require_admin(principal)
         client_uuid = uuid.UUID(validation.uuid_text(request.id, "id"))
-        async with deps.pool.acquire() as connection, connection.transaction():
-            await lock_workspace(connection, principal.workspace_id, exclusive=True)
+        async with workspace_change(deps.pool, principal.workspace_id) as connection:
             deleted = await connection.fetchval(
                 "UPDATE identity.oauth_clients SET deleted_at = now() "
                 "WHERE id = $1 AND workspace_id = $2 AND deleted_at IS NULL RETURNING id",

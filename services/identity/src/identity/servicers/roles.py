@@ -11,7 +11,7 @@ from google.protobuf import empty_pb2
 from crm.identity.v1 import identity_pb2, identity_pb2_grpc
 from crmkit.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from identity.access import require_admin
-from identity.cache import lock_workspace
+from identity.cache import workspace_change
 from identity.credentials import entries_for_role
 from identity.deps import Deps
 from identity.pagination import after_clause, page_info, read_page
@@ -96,8 +96,7 @@ class RoleServicer(identity_pb2_grpc.RoleServiceServicer):
         principal = deps.codec.require(context)
         require_admin(principal)
         workspace_id = uuid.UUID(principal.workspace_id)
-        async with deps.pool.acquire() as connection, connection.transaction():
-            await lock_workspace(connection, principal.workspace_id, exclusive=True)
+        async with workspace_change(deps.pool, principal.workspace_id) as connection:
             role = await find_role(connection, workspace_id, request.id, field="id")
             if role.builtin is not None:
                 raise FailedPrecondition("built-in roles cannot be changed", field="id")
@@ -138,8 +137,7 @@ class RoleServicer(identity_pb2_grpc.RoleServiceServicer):
         principal = deps.codec.require(context)
         require_admin(principal)
         workspace_id = uuid.UUID(principal.workspace_id)
-        async with deps.pool.acquire() as connection, connection.transaction():
-            await lock_workspace(connection, principal.workspace_id, exclusive=True)
+        async with workspace_change(deps.pool, principal.workspace_id) as connection:
             role = await find_role(connection, workspace_id, request.id, field="id")
             if role.builtin is not None:
                 raise FailedPrecondition("built-in roles cannot be deleted", field="id")

@@ -12,7 +12,7 @@ from crm.identity.v1 import identity_pb2, identity_pb2_grpc
 from crmkit.errors import AlreadyExists, FailedPrecondition, NotFound
 from identity import validation
 from identity.access import require_admin
-from identity.cache import lock_workspace
+from identity.cache import workspace_change
 from identity.credentials import entries_for_users, live_credentials_of_users
 from identity.db_types import Connection, Executor
 from identity.deps import Deps
@@ -160,8 +160,7 @@ class WorkspaceServicer(identity_pb2_grpc.WorkspaceServiceServicer):
         principal = deps.codec.require(context)
         require_admin(principal)
         workspace_id = uuid.UUID(principal.workspace_id)
-        async with deps.pool.acquire() as connection, connection.transaction():
-            await lock_workspace(connection, principal.workspace_id, exclusive=True)
+        async with workspace_change(deps.pool, principal.workspace_id) as connection:
             user, current = await _member(connection, workspace_id, request.user_id, lock=True)
             role = await find_role(connection, workspace_id, request.role_id)
             if current.builtin == ADMIN and role.builtin != ADMIN:
@@ -181,8 +180,7 @@ class WorkspaceServicer(identity_pb2_grpc.WorkspaceServiceServicer):
         principal = deps.codec.require(context)
         require_admin(principal)
         workspace_id = uuid.UUID(principal.workspace_id)
-        async with deps.pool.acquire() as connection, connection.transaction():
-            await lock_workspace(connection, principal.workspace_id, exclusive=True)
+        async with workspace_change(deps.pool, principal.workspace_id) as connection:
             user, role = await _member(connection, workspace_id, request.user_id, lock=True)
             if role.builtin == ADMIN:
                 await _ensure_another_admin(connection, workspace_id, user.id)
