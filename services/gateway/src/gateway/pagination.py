@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from crm.common.v1 import common_pb2
@@ -22,6 +23,14 @@ def page_size(value: int | None, *, field: str = "limit") -> int:
             f"`{field}` must be between 1 and {MAX_PAGE_SIZE} (got {value})", field=field
         )
     return value
+
+
+def page_request(first: int | None, after: str | uuid.UUID | None) -> common_pb2.PageRequest:
+    """The upstream page of a GraphQL list's `first` (checked) and `after` cursor."""
+    return common_pb2.PageRequest(
+        first=page_size(first, field="first") if first is not None else 0,
+        after=str(after) if after else "",
+    )
 
 
 def page_info_json(info: common_pb2.PageInfo) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from crm.common.v1 import common_pb2
 from crm.identity.v1 import identity_pb2
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.parts import SchemaPart
+from gateway.pagination import page_request
 from gateway.rpc import call
 
 Info = strawberry.Info[GraphQLContext, None]
@@ -84,10 +85,6 @@ def _timestamp(value: datetime) -> Timestamp:
     stamp = Timestamp()
     stamp.FromDatetime(value if value.tzinfo else value.replace(tzinfo=UTC))
     return stamp
-
-
-def _page(first: int | None, after: uuid.UUID | None) -> common_pb2.PageRequest:
-    return common_pb2.PageRequest(first=first or 0, after=str(after) if after else "")
 
 
 # -- types -------------------------------------------------------------------------------------
@@ -364,7 +361,7 @@ async def _workspace_members(
     context = info.context
     reply = await call(
         context.state.upstreams.workspaces.ListMembers,
-        identity_pb2.ListMembersRequest(page=_page(first, after)),
+        identity_pb2.ListMembersRequest(page=page_request(first, after)),
         context.grpc_metadata(),
     )
     return [WorkspaceMember.of(member) for member in reply.members]
@@ -376,7 +373,7 @@ async def _roles(
     context = info.context
     reply = await call(
         context.state.upstreams.roles.ListRoles,
-        identity_pb2.ListRolesRequest(page=_page(first, after)),
+        identity_pb2.ListRolesRequest(page=page_request(first, after)),
         context.grpc_metadata(),
     )
     return [Role.of(role) for role in reply.roles]
@@ -398,7 +395,7 @@ async def _api_keys(
     context = info.context
     reply = await call(
         context.state.upstreams.credentials.ListApiKeys,
-        identity_pb2.ListApiKeysRequest(page=_page(first, after)),
+        identity_pb2.ListApiKeysRequest(page=page_request(first, after)),
         context.grpc_metadata(),
     )
     return [ApiKey.of(key) for key in reply.api_keys]
@@ -410,7 +407,7 @@ async def _personal_access_tokens(
     context = info.context
     reply = await call(
         context.state.upstreams.credentials.ListPersonalAccessTokens,
-        identity_pb2.ListPersonalAccessTokensRequest(page=_page(first, after)),
+        identity_pb2.ListPersonalAccessTokensRequest(page=page_request(first, after)),
         context.grpc_metadata(),
     )
     return [PersonalAccessToken.of(token) for token in reply.tokens]
@@ -422,7 +419,7 @@ async def _oauth_clients(
     context = info.context
     reply = await call(
         context.state.upstreams.oauth.ListOAuthClients,
-        identity_pb2.ListOAuthClientsRequest(page=_page(first, after)),
+        identity_pb2.ListOAuthClientsRequest(page=page_request(first, after)),
         context.grpc_metadata(),
     )
     return [OAuthClient.of(client) for client in reply.clients]

@@ -22,7 +22,7 @@ from crm.metadata.v1 import metadata_pb2
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import SchemaPart
-from gateway.pagination import page_info_json, page_size
+from gateway.pagination import page_info_json, page_request
 from gateway.rpc import call
 
 
@@ -358,12 +358,6 @@ def _options(values: list[SelectOptionInput]) -> list[metadata_pb2.SelectOption]
     ]
 
 
-def _page(first: int | None, after: str | None) -> common_pb2.PageRequest:
-    return common_pb2.PageRequest(
-        first=page_size(first, field="first") if first is not None else 0, after=after or ""
-    )
-
-
 async def _objects(
     info: strawberry.Info,
     first: int | None = None,
@@ -371,7 +365,7 @@ async def _objects(
     include_inactive: bool = False,
 ) -> ObjectConnection:
     request = metadata_pb2.ListObjectsRequest(
-        page=_page(first, after), include_inactive=include_inactive
+        page=page_request(first, after), include_inactive=include_inactive
     )
     response = await _metadata_call(info, "ListObjects", request)
     nodes = [object_json(o) for o in response.objects]
@@ -398,7 +392,7 @@ async def _fields(
         object_id = str(id_filter.eq)
     request = metadata_pb2.ListFieldsRequest(
         object_metadata_id=object_id,
-        page=_page(first, after),
+        page=page_request(first, after),
         include_inactive=only_inactive,
     )
     response = await _metadata_call(info, "ListFields", request)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import strawberry
 
+from crm.common.v1 import common_pb2
+from gateway.pagination import page_info_json
+
 
 @strawberry.type(name="PageInfo", description="Where a page sits in the whole list.")
 class PageInfo:
@@ -12,3 +15,7 @@ class PageInfo:
     hasPreviousPage: bool  # noqa: N815
     startCursor: str | None  # noqa: N815
     endCursor: str | None  # noqa: N815
+
+    @classmethod
+    def of(cls, info: common_pb2.PageInfo) -> PageInfo:
+        return cls(**page_info_json(info))

@@ -15,11 +15,11 @@ from enum import Enum
 import strawberry
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from crm.common.v1 import common_pb2
 from crm.webhooks.v1 import webhooks_pb2 as wh
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import SchemaPart
+from gateway.pagination import page_request
 from gateway.rpc import call
 
 Info = strawberry.Info[GraphQLContext, None]
@@ -176,10 +176,6 @@ class UpdateWebhookInput:
     )
 
 
-def _page(first: int | None, after: str | None) -> common_pb2.PageRequest:
-    return common_pb2.PageRequest(first=first or 0, after=after or "")
-
-
 # -- operations ------------------------------------------------------------------------------
 async def _webhooks(
     info: Info, first: int | None = None, after: uuid.UUID | None = None
@@ -187,7 +183,7 @@ async def _webhooks(
     context = info.context
     reply = await call(
         context.state.upstreams.webhooks.ListWebhooks,
-        wh.ListWebhooksRequest(page=_page(first, str(after) if after else None)),
+        wh.ListWebhooksRequest(page=page_request(first, after)),
         context.grpc_metadata(),
     )
     return [Webhook.of(webhook) for webhook in reply.webhooks]
@@ -216,7 +212,7 @@ async def _webhook_deliveries(
         wh.ListDeliveriesRequest(
             webhook_id=str(webhook_id),
             status=_STATUS_VALUES[status] if status else wh.DELIVERY_STATUS_UNSPECIFIED,
-            page=_page(first, after),
+            page=page_request(first, after),
         ),
         context.grpc_metadata(),
     )
@@ -226,12 +222,7 @@ async def _webhook_deliveries(
             WebhookDeliveryEdge(node=WebhookDelivery.of(delivery), cursor=delivery.id)
             for delivery in reply.deliveries
         ],
-        page_info=PageInfo(
-            hasNextPage=page.has_next_page,
-            hasPreviousPage=page.has_previous_page,
-            startCursor=page.start_cursor or None,
-            endCursor=page.end_cursor or None,
-        ),
+        page_info=PageInfo.of(page),
     )
 
 

@@ -19,11 +19,11 @@ import strawberry
 from google.protobuf.timestamp_pb2 import Timestamp
 from strawberry.scalars import JSON
 
-from crm.common.v1 import common_pb2
 from crm.workflows.v1 import workflows_pb2 as wf
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import SchemaPart
+from gateway.pagination import page_request
 from gateway.rpc import call
 
 Info = strawberry.Info[GraphQLContext, None]
@@ -307,10 +307,6 @@ def _action(value: WorkflowActionInput) -> wf.HttpAction:
     )
 
 
-def _page(first: int | None, after: str | None) -> common_pb2.PageRequest:
-    return common_pb2.PageRequest(first=first or 0, after=after or "")
-
-
 # -- operations ------------------------------------------------------------------------------
 async def _workflows(
     info: Info,
@@ -322,7 +318,7 @@ async def _workflows(
     reply = await call(
         context.state.upstreams.workflows.ListWorkflows,
         wf.ListWorkflowsRequest(
-            page=_page(first, str(after) if after else None),
+            page=page_request(first, after),
             status=_STATUS[status] if status else wf.WORKFLOW_STATUS_UNSPECIFIED,
         ),
         context.grpc_metadata(),
@@ -353,19 +349,14 @@ async def _workflow_runs(
         wf.ListWorkflowRunsRequest(
             workflow_id=str(workflow_id),
             status=_RUN_STATUS[status] if status else wf.RUN_STATUS_UNSPECIFIED,
-            page=_page(first, after),
+            page=page_request(first, after),
         ),
         context.grpc_metadata(),
     )
     page = reply.page_info
     return WorkflowRunConnection(
         edges=[WorkflowRunEdge(node=WorkflowRun.of(run), cursor=run.id) for run in reply.runs],
-        page_info=PageInfo(
-            hasNextPage=page.has_next_page,
-            hasPreviousPage=page.has_previous_page,
-            startCursor=page.start_cursor or None,
-            endCursor=page.end_cursor or None,
-        ),
+        page_info=PageInfo.of(page),
     )
 
 
