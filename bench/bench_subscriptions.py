@@ -49,7 +49,7 @@ from crm.events.v1 import events_pb2
 from crmkit.messaging import record_subject
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from bench.benchlib import BenchContext, Result, format_table, percentile, write_json
+from bench.benchlib import BenchContext, Result, format_table, paced, percentile, write_json
 
 LATENCY_BUDGET_MS = 50.0
 RATE = 100  # events per second
@@ -146,19 +146,6 @@ async def _wait_registered(base_url: str, count: float, timeout: float = 120) ->
         await asyncio.sleep(0.1)
 
 
-async def _paced(count: int, action: Callable[[int], Coroutine[Any, Any, None]]) -> float:
-    """Starts `action(i)` at RATE per second (open loop); returns the seconds it took."""
-    started = time.monotonic()
-    tasks: list[asyncio.Task[None]] = []
-    for index in range(count):
-        delay = started + index / RATE - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(action(index)))
-    await asyncio.gather(*tasks)
-    return time.monotonic() - started
-
-
 async def _await_all(subscriber: Subscriber, ids: set[str], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while not ids <= subscriber.arrivals.keys():
@@ -224,7 +211,7 @@ async def _commit_to_subscriber(
             person = response.json()["data"]
             created[person["id"]] = _epoch(person["createdAt"])
 
-        seconds = await _paced(count, create)
+        seconds = await paced(count, RATE, create)
         complete = await _await_all(subscriber, set(created), timeout=30)
         samples = [
             (subscriber.arrivals[i][0] - committed) * 1000
@@ -317,7 +304,7 @@ async def _publish_to_subscriber(
             ids.append(record_id)
             await js.publish(subject, data, headers={"Nats-Msg-Id": str(uuid.uuid4())})
 
-        seconds = await _paced(count, publish)
+        seconds = await paced(count, RATE, publish)
         complete = await _await_all(subscriber, set(ids), timeout=30)
         samples = [
             (subscriber.arrivals[i][0] - float(subscriber.arrivals[i][1]["jobTitle"])) * 1000

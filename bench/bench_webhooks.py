@@ -28,7 +28,7 @@ import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.benchlib import BenchContext, Result, main_on_own_stack, percentile
+from bench.benchlib import BenchContext, Result, main_on_own_stack, paced, percentile
 from crmstack.ports import free_port, wait_for_port
 
 THROUGHPUT_BUDGET = 1000.0  # deliveries per second
@@ -165,14 +165,7 @@ async def _latency(
             if response.status_code != 201:
                 failures.append(response.status_code)
 
-    started = time.monotonic()
-    tasks = []
-    for index in range(total):
-        delay = started + index / rate - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(create(index)))
-    await asyncio.gather(*tasks)
+    await paced(total, rate, create)
     results = await receiver.wait_for(http, total - len(failures), timeout=120)
     delays = [event[1] for event in results["events"]]
     p99 = percentile(delays, 99)

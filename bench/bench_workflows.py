@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_webhooks import Receiver
-from bench.benchlib import BenchContext, Result, main_on_own_stack, percentile
+from bench.benchlib import BenchContext, Result, main_on_own_stack, paced, percentile
 from crmstack.ports import free_port
 
 RATE = 50.0  # events per second
@@ -99,14 +98,7 @@ async def _latency(
             if response.status_code != 201:
                 failures.append(response.status_code)
 
-    started = time.monotonic()
-    tasks = []
-    for index in range(total):
-        delay = started + index / RATE - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(create(index)))
-    await asyncio.gather(*tasks)
+    await paced(total, RATE, create)
     results = await receiver.wait_for(http, total - len(failures), timeout=120)
     delays = [event[1] for event in results["events"]]
     p99 = percentile(delays, 99)

@@ -161,6 +161,22 @@ async def drive(
     return samples
 
 
+async def paced(
+    count: int, rate: float, action: Callable[[int], Coroutine[Any, Any, None]]
+) -> float:
+    """Starts `action(i)` at `rate` per second (open loop), waits for every one; returns the
+    seconds it took."""
+    started = time.monotonic()
+    tasks: list[asyncio.Task[None]] = []
+    for index in range(count):
+        delay = started + index / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(action(index)))
+    await asyncio.gather(*tasks)
+    return time.monotonic() - started
+
+
 def compare(
     operation: str,
     concurrency: int,

@@ -23,7 +23,6 @@ with the event); the request carries the trace on in `traceparent`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -38,7 +37,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from crmkit.http_send import HttpAttempt
-from crmkit.retries import next_step
+from crmkit.retries import next_step, wait_until_due
 from crmkit.telemetry import extract_context
 from webhooks.metrics import WebhooksMetrics
 from webhooks.payload import EventPayload, PayloadTooLarge, build_body
@@ -212,17 +211,10 @@ class Dispatcher:
             self._start(delivery)
         if claimed and len(claimed) == room:
             return  # maybe more due: go again once claims drain (an attempt ending wakes us)
-        timeout = _MAX_IDLE_SECONDS
-        if room > 0:
-            # Sleep until the next retry falls due. Rows already due but not claimed wait for a
-            # busy target or another replica's lease: attempts ending or new rows wake us.
-            due = await self._pool.fetchval(_NEXT_DUE)
-            if due is not None:
-                seconds = (due - datetime.now(UTC)).total_seconds()
-                if seconds > 0:
-                    timeout = min(max(seconds, 0.005), timeout)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+        # Sleep until the next retry falls due. Rows already due but not claimed wait for a
+        # busy target or another replica's lease: attempts ending or new rows wake us.
+        due = await self._pool.fetchval(_NEXT_DUE) if room > 0 else None
+        await wait_until_due(self._wake, due, _MAX_IDLE_SECONDS)
 
     async def _claim(self, limit: int) -> list[Claimed]:
         # A target with more than P claimed still has a full wave queued: skip it this time.

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from crmkit.retries import parse_retry_delays
+from crmkit.retries import RetryDelays, parse_retry_delays
 from crmkit.settings import DatabaseSettings, Duration, GrpcServiceSettings, NatsSettings
 
 DEFAULT_RETRY_DELAYS = "60,300,900,3600,21600"
@@ -15,7 +15,7 @@ class WebhooksSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # Seconds an attempt may take: a 2xx status within it is a success, anything else a failure.
     WEBHOOK_TIMEOUT: float = Field(default=30.0, gt=0, le=300)
     # Seconds before each retry after a failed attempt (comma-separated); then the delivery fails.
-    WEBHOOK_RETRY_DELAYS: str = DEFAULT_RETRY_DELAYS
+    WEBHOOK_RETRY_DELAYS: RetryDelays = DEFAULT_RETRY_DELAYS
     # Allow targets on loopback, private, link-local... addresses (local runs and tests only).
     WEBHOOK_ALLOW_PRIVATE_TARGETS: bool = False
     # Run the deliverer (event intake and sending) in this process; false serves only the API.
@@ -27,12 +27,6 @@ class WebhooksSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     WEBHOOK_CONSUMER_ACK_WAIT: Duration = 30
     # Finished deliveries (and events no delivery needs) older than this are deleted.
     WEBHOOK_DELIVERY_RETENTION: Duration = 30 * 24 * 3600
-
-    @field_validator("WEBHOOK_RETRY_DELAYS")
-    @classmethod
-    def _valid_delays(cls, value: str) -> str:
-        parse_retry_delays(value)
-        return value
 
     @property
     def retry_delays(self) -> tuple[float, ...]:

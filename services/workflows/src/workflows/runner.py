@@ -12,7 +12,6 @@ cannot be filled fails at once (a retry would fail the same way).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -22,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from crmkit.retries import next_step
+from crmkit.retries import next_step, wait_until_due
 from workflows.execution import Action, Executor, Report
 from workflows.metrics import WorkflowsMetrics
 from workflows.settings import WorkflowsSettings
@@ -174,15 +173,8 @@ class Runner:
             task.add_done_callback(self._finished)
         if claimed and len(claimed) == room:
             return  # maybe more due: claim again as soon as a slot frees (it wakes us)
-        timeout = _MAX_IDLE_SECONDS
-        if room > 0:
-            due = await self._pool.fetchval(_NEXT_DUE)
-            if due is not None:
-                seconds = (due - datetime.now(UTC)).total_seconds()
-                if seconds > 0:
-                    timeout = min(max(seconds, 0.005), timeout)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+        due = await self._pool.fetchval(_NEXT_DUE) if room > 0 else None
+        await wait_until_due(self._wake, due, _MAX_IDLE_SECONDS)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from crmkit.retries import parse_retry_delays
+from crmkit.retries import RetryDelays, parse_retry_delays
 from crmkit.settings import DatabaseSettings, Duration, GrpcServiceSettings, NatsSettings
 
 
@@ -14,7 +14,7 @@ class WorkflowsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # Seconds an HTTP action may take: a 2xx status within it is a success.
     WORKFLOW_TIMEOUT: float = Field(default=30.0, gt=0, le=300)
     # Seconds before each retry after a failed attempt (comma-separated); then the run fails.
-    WORKFLOW_RETRY_DELAYS: str = "10,60,300"
+    WORKFLOW_RETRY_DELAYS: RetryDelays = "10,60,300"
     # One switch for every outbound request (webhooks and workflow actions): allow loopback,
     # private, link-local... targets (local runs and tests only).
     WEBHOOK_ALLOW_PRIVATE_TARGETS: bool = False
@@ -28,12 +28,6 @@ class WorkflowsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     WORKFLOW_CONSUMER_ACK_WAIT: Duration = 30
     # Finished runs older than this are deleted.
     WORKFLOW_RUN_RETENTION: Duration = 30 * 24 * 3600
-
-    @field_validator("WORKFLOW_RETRY_DELAYS")
-    @classmethod
-    def _valid_delays(cls, value: str) -> str:
-        parse_retry_delays(value)
-        return value
 
     @property
     def retry_delays(self) -> tuple[float, ...]:
