@@ -68,7 +68,8 @@ chart-check: install proto
 images-check: install proto
 	$(PY) -m pytest tests/images -q
 
-test: lint typecheck unit chart-check images-check integration bench-smoke
+# The integration suite runs last so that the run closes on pytest's summary line (CI reads it).
+test: lint typecheck unit chart-check images-check bench-smoke integration
 
 # The benchmark suite (bench/README.md): its own stack, a seeded data set (130k records), every
 # workload beside its PostgreSQL floor; table and JSON in bench/results/. Minutes; never in `test`.
