@@ -8,7 +8,9 @@ exactly one Redis round trip per check. Three shapes of counter:
 - refused: one credential at its limit (100 entries in the window), every check refused;
 - large window: one credential with 10,000 entries (and more) in its window, still admitted.
 
-The floor is a bare Redis round trip (GET) from the same client.
+The floor is a bare Redis round trip (GET) over the same connection (the limiter's pipelined
+one, gateway/ratelimit/connection.py); "redis-py GET" shows what the same round trip costs through
+redis-py's asyncio client, which the limiter used before.
 
     .venv/bin/python bench/bench_rate_limit.py            # 5,000 checks per shape
     .venv/bin/python bench/bench_rate_limit.py --smoke    # a few hundred, in seconds
@@ -36,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.benchlib import BenchContext, Result, format_table, percentile
 from crm.common.v1 import common_pb2
 from crmstack.ports import free_port
+from gateway.ratelimit.connection import PipelinedRedis
 from gateway.ratelimit.limiter import RateLimiter
 
 P50_BUDGET_MS = 0.3
@@ -98,18 +101,28 @@ async def _measure(
 async def run(ctx: BenchContext) -> list[Result]:
     iterations = 300 if ctx.smoke else 5000
     redis = Redis.from_url(ctx.redis_url)
+    connection = PipelinedRedis(ctx.redis_url)
     try:
         probe = _api_key()
         key = "crm:bench:floor"
 
-        async def redis_get() -> object:
+        async def redis_py_get() -> object:
             return await redis.get(key)
 
-        floor = await _measure("redis GET alone (floor)", redis_get, redis, iterations, None, False)
-        floor.notes = "one round trip, nothing else"
-        results = [floor]
+        async def pipelined_get() -> object:
+            return await connection.execute("GET", key)
 
-        limiter = RateLimiter(redis, limit=100, window_ms=60_000)
+        reference = await _measure(
+            "redis GET through redis-py", redis_py_get, redis, iterations, None, False
+        )
+        reference.notes = "one round trip through redis-py's asyncio client (for comparison)"
+        floor = await _measure(
+            "redis GET alone (floor)", pipelined_get, redis, iterations, None, False
+        )
+        floor.notes = "one round trip over the limiter's connection, nothing else"
+        results = [reference, floor]
+
+        limiter = RateLimiter(connection, limit=100, window_ms=60_000)
         principals = itertools.cycle([_api_key() for _ in range(1000)])
 
         async def admitted() -> object:
@@ -136,7 +149,7 @@ async def run(ctx: BenchContext) -> list[Result]:
         )
 
         # Filled to 10,000 entries; the measured checks are admitted and add to them.
-        big = RateLimiter(redis, limit=10_000 + iterations + 200, window_ms=600_000)
+        big = RateLimiter(connection, limit=10_000 + iterations + 200, window_ms=600_000)
         crowded = _api_key()
         for _ in range(10_000):
             await big.check(crowded)
@@ -154,6 +167,7 @@ async def run(ctx: BenchContext) -> list[Result]:
         )
         return results
     finally:
+        await connection.close()
         await redis.aclose()
 
 

@@ -35,6 +35,7 @@ from gateway.graphql.parts import registered_parts
 from gateway.graphql.schema import build_static_schema
 from gateway.health import healthz, livez
 from gateway.metrics import GatewayMetrics
+from gateway.ratelimit.connection import PipelinedRedis
 from gateway.ratelimit.http import RateLimitHeadersMiddleware
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.rest import routes as rest
@@ -143,6 +144,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         upstreams = Upstreams.open(settings)
         redis = Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+        limiter_redis = PipelinedRedis(settings.REDIS_URL, timeout=2)
         nats = await messaging.connect(settings.NATS_URL, name="gateway")
         database = (
             await create_pool(
@@ -178,7 +180,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             models=models,
             subscriptions=hub,
             rate_limiter=RateLimiter(
-                redis,
+                limiter_redis,
                 limit=settings.API_RATE_LIMITING_LIMIT,
                 window_ms=settings.API_RATE_LIMITING_TTL,
                 metrics=metrics,
@@ -192,6 +194,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             await announcements.unsubscribe()
             await upstreams.close()
             await redis.aclose()
+            await limiter_redis.close()
             await nats.drain()
             if database is not None:
                 await database.close()

@@ -18,12 +18,13 @@ import itertools
 import logging
 import secrets
 import time
+from typing import cast
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from crm.common.v1 import common_pb2
 from gateway.metrics import GatewayMetrics
+from gateway.ratelimit.connection import LuaScript, PipelinedRedis
 from gateway.ratelimit.window import Decision, counter_key
 
 log = logging.getLogger("gateway.ratelimit")
@@ -32,7 +33,7 @@ FAILURE_LOG_INTERVAL = 60.0  # seconds between two "limiter unavailable" warning
 
 # KEYS[1] the counter; ARGV: limit, window (microseconds), a member unique to this call.
 # Scores are whole microseconds since the epoch: below 2^53, so exact in Lua's doubles.
-SLIDING_WINDOW = """
+SLIDING_WINDOW = LuaScript("""
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local clock = redis.call('TIME')
@@ -56,15 +57,15 @@ if remaining < 0 then
   remaining = 0
 end
 return {allowed, remaining, reset, now}
-"""
+""")
 
 
 class RateLimiter:
-    """Built once per process in the app's lifespan, on the gateway's Redis client."""
+    """Built once per process in the app's lifespan, on its own pipelined connection."""
 
     def __init__(
         self,
-        redis: Redis,
+        redis: PipelinedRedis,
         *,
         limit: int,
         window_ms: int,
@@ -72,7 +73,7 @@ class RateLimiter:
     ) -> None:
         self.limit = limit
         self.window_ms = window_ms
-        self._script = redis.register_script(SLIDING_WINDOW)  # EVALSHA, EVAL once on NOSCRIPT
+        self._redis = redis
         self._metrics = metrics
         # Members must be unique per call: this process's random prefix and a sequence number.
         self._prefix = secrets.token_hex(6)
@@ -83,14 +84,15 @@ class RateLimiter:
         """Admit or refuse one call of `principal`; None when Redis could not say (admitted)."""
         member = f"{self._prefix}:{next(self._sequence)}"
         try:
-            raw = await self._script(
+            raw = await self._redis.run_script(
+                SLIDING_WINDOW,
                 keys=[counter_key(principal)],
                 args=[self.limit, self.window_ms * 1000, member],
             )
         except RedisError as exc:
             self._failed(exc)
             return None
-        allowed, remaining, reset_at_us, now_us = (int(value) for value in raw)
+        allowed, remaining, reset_at_us, now_us = cast(list[int], raw)
         decision = Decision(
             allowed=allowed == 1,
             limit=self.limit,
