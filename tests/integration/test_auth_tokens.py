@@ -140,6 +140,30 @@ def test_revoked_session_is_refused(client: httpx.Client) -> None:
     assert "revoked" in _refused(client, own.headers)
 
 
+def test_revocation_applies_to_the_very_next_rest_call(client: httpx.Client) -> None:
+    """The gateway remembers tokens it verified, never whether they are revoked."""
+    own = signup(client)
+    for _ in range(3):  # verified once, then recognised
+        assert client.get("/rest/people", headers=own.headers).status_code == 200
+    assert client.post("/auth/logout", json={"refreshToken": own.refresh_token}).status_code == 204
+    refused = client.get("/rest/people", headers=own.headers)
+    assert refused.status_code == 401, refused.text
+    assert "revoked" in refused.json()["message"]
+
+
+def test_a_token_accepted_before_is_refused_once_expired(
+    client: httpx.Client, session: Session, stack: Stack | None
+) -> None:
+    secret = _secret(stack)
+    claims = _claims(session, secret)
+    now = int(time.time())
+    claims.update(iat=now, exp=now + 2)
+    token = jwt.encode(claims, secret, algorithm="HS256")
+    graphql_data(client, token, QUERY)  # verified and remembered by the gateway
+    time.sleep(2 + 5 + 1.5)  # past exp and the 5 s clock-skew leeway
+    assert "expired" in _refused(client, {"Authorization": f"Bearer {token}"})
+
+
 def test_public_routes_need_no_credential(client: httpx.Client) -> None:
     assert client.get("/healthz").status_code == 200
     assert client.get("/metrics").status_code == 200

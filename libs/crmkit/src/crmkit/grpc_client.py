@@ -1,10 +1,22 @@
-"""Long-lived gRPC channels to peers, one per upstream, with deadlines on every call."""
+"""Long-lived gRPC channels to peers, one per upstream, with deadlines on every call.
+
+Every unary call made through a channel of `open_channel` gets the channel's default deadline
+when it has none and carries the current trace context in its metadata; inside a recorded trace
+it is a CLIENT span. This is done by wrapping the channel's callables rather than with a grpc.aio
+client interceptor: an interceptor runs every call through an extra task and call object, which
+cost more CPU than the rest of the client side of a call (measured, docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 
-import grpc
+from typing import Any
 
-from crmkit.interceptors import ClientInterceptor
+import grpc
+from opentelemetry import trace
+
+from crmkit.telemetry import metadata_from_context
+
+_tracer = trace.get_tracer("crmkit.grpc")
 
 # Keepalive so idle channels notice dead peers; retries stay off: services handle idempotency.
 CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
@@ -25,10 +37,110 @@ CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
 ]
 
 
-def open_channel(address: str, default_timeout: float) -> grpc.aio.Channel:
+class UnaryCall:
+    """A unary method of a peer: `await method(request, metadata=...)` as with grpc.aio, plus
+    the default deadline and the trace context."""
+
+    __slots__ = ("_inner", "_name", "_timeout")
+
+    def __init__(self, inner: Any, name: str, default_timeout: float) -> None:
+        self._inner = inner
+        self._name = name.lstrip("/")
+        self._timeout = default_timeout
+
+    def __call__(
+        self,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        metadata: Any = None,
+        credentials: Any = None,
+        wait_for_ready: bool | None = None,
+        compression: Any = None,
+    ) -> Any:
+        """The call (awaitable to the response); inside a recorded trace, a coroutine that
+        keeps the CLIENT span open until the response (or error) arrives."""
+        deadline = self._timeout if timeout is None else timeout
+        if trace.get_current_span().is_recording():
+            return self._traced(
+                request, deadline, metadata, credentials, wait_for_ready, compression
+            )
+        return self._inner(
+            request,
+            timeout=deadline,
+            metadata=_with_trace(metadata),
+            credentials=credentials,
+            wait_for_ready=wait_for_ready,
+            compression=compression,
+        )
+
+    async def _traced(
+        self,
+        request: Any,
+        deadline: float,
+        metadata: Any,
+        credentials: Any,
+        wait_for_ready: bool | None,
+        compression: Any,
+    ) -> Any:
+        with _tracer.start_as_current_span(
+            self._name, kind=trace.SpanKind.CLIENT, attributes={"rpc.system": "grpc"}
+        ):
+            return await self._inner(
+                request,
+                timeout=deadline,
+                metadata=_with_trace(metadata),
+                credentials=credentials,
+                wait_for_ready=wait_for_ready,
+                compression=compression,
+            )
+
+
+def _with_trace(metadata: Any) -> list[tuple[str, str | bytes]]:
+    carried = metadata_from_context()
+    if not metadata:
+        return carried  # type: ignore[return-value]
+    return [*metadata, *carried]
+
+
+class Channel:
+    """A grpc.aio channel whose unary methods are `UnaryCall`s (stubs take it as a channel)."""
+
+    def __init__(self, inner: grpc.aio.Channel, default_timeout: float) -> None:
+        self.inner = inner
+        self._timeout = default_timeout
+
+    def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> UnaryCall:
+        return UnaryCall(self.inner.unary_unary(method, *args, **kwargs), method, self._timeout)
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.unary_stream(method, *args, **kwargs)
+
+    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.stream_unary(method, *args, **kwargs)
+
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.stream_stream(method, *args, **kwargs)
+
+    def get_state(self, try_to_connect: bool = False) -> Any:
+        return self.inner.get_state(try_to_connect)
+
+    async def wait_for_state_change(self, last_observed_state: Any) -> None:
+        await self.inner.wait_for_state_change(last_observed_state)
+
+    async def channel_ready(self) -> None:
+        await self.inner.channel_ready()
+
+    async def close(self, grace: float | None = None) -> None:
+        await self.inner.close(grace)
+
+    async def __aenter__(self) -> Channel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def open_channel(address: str, default_timeout: float) -> Channel:
     """An insecure channel (traffic stays inside the cluster network) to `address`."""
-    return grpc.aio.insecure_channel(
-        address,
-        options=CHANNEL_OPTIONS,
-        interceptors=[ClientInterceptor(default_timeout)],
-    )
+    return Channel(grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS), default_timeout)

@@ -1,8 +1,8 @@
 """gRPC interceptors shared by every process.
 
 Server side: one span per call (continuing the caller's trace), metrics, and the mapping of
-exceptions to a status with google.rpc details. Client side: a deadline on every call that has
-none, and the current trace context in the metadata.
+exceptions to a status with google.rpc details. The client side (a deadline on every call that
+has none, the current trace context in the metadata) is crmkit.grpc_client's channel.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any
 
 import asyncpg
@@ -20,7 +21,7 @@ from opentelemetry import trace
 
 from crmkit.errors import ServiceError, from_database_value_error, to_rpc_status
 from crmkit.metrics import GrpcServerMetrics
-from crmkit.telemetry import context_from_metadata, metadata_from_context
+from crmkit.telemetry import context_from_metadata, span_recordable
 
 log = logging.getLogger("crmkit.grpc")
 _tracer = trace.get_tracer("crmkit.grpc")
@@ -34,18 +35,28 @@ def _split_method(full_method: str) -> tuple[str, str]:
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    """Spans, metrics and error mapping around every unary and server-streaming handler."""
+    """Spans, metrics and error mapping around every unary and server-streaming handler.
+
+    The wrapped handler of each method is built once and reused (the servicers do not change
+    while the server runs); a call below an unsampled trace starts no span when nothing could
+    record it (crmkit.telemetry.span_recordable), but its trace context is still current, so
+    its logs carry the trace id.
+    """
 
     def __init__(self, metrics: GrpcServerMetrics) -> None:
         self._metrics = metrics
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
+        known = self._handlers.get(method)
+        if known is not None:
+            return known
+        handler = await continuation(handler_call_details)
         if (
             handler is None
             or method.startswith("/grpc.health.")
@@ -53,32 +64,43 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         ):
             return handler
         service, name = _split_method(method)
+        wrapped = handler
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
+            wrapped = grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, method, service, name),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
+        elif handler.unary_stream is not None:
+            wrapped = grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream(handler.unary_stream, method, service, name),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler
+        self._handlers[method] = wrapped
+        return wrapped
 
     def _wrap_unary(self, behavior: Behavior, method: str, service: str, name: str) -> Behavior:
+        duration = self._metrics.duration.labels(service, name)
+        outcomes = _Outcomes(self._metrics, service, name)
+        span_name = method.lstrip("/")
+        attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            token = otel_context.attach(context_from_metadata(context.invocation_metadata()))
+            parent = context_from_metadata(context.invocation_metadata())
+            token = otel_context.attach(parent)
             started = time.perf_counter()
             code = grpc.StatusCode.OK
             self._metrics.in_flight.inc()
             try:
-                with _tracer.start_as_current_span(
-                    method.lstrip("/"),
-                    kind=trace.SpanKind.SERVER,
-                    attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
-                ) as span:
+                span_scope = (
+                    _tracer.start_as_current_span(
+                        span_name, kind=trace.SpanKind.SERVER, attributes=attributes
+                    )
+                    if span_recordable(parent)
+                    else nullcontext(trace.INVALID_SPAN)
+                )
+                with span_scope as span:
                     try:
                         result = behavior(request, context)
                         if inspect.isawaitable(result):
@@ -105,13 +127,16 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                         await context.abort(code, "internal server error")
             finally:
                 self._metrics.in_flight.dec()
-                self._metrics.duration.labels(service, name).observe(time.perf_counter() - started)
-                self._metrics.requests.labels(service, name, code.name).inc()
+                duration.observe(time.perf_counter() - started)
+                outcomes.count(code)
                 otel_context.detach(token)
 
         return wrapper
 
     def _wrap_stream(self, behavior: Behavior, method: str, service: str, name: str) -> Behavior:
+        duration = self._metrics.duration.labels(service, name)
+        outcomes = _Outcomes(self._metrics, service, name)
+
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             started = time.perf_counter()
             code = grpc.StatusCode.OK
@@ -129,10 +154,27 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 log.exception("unhandled error in %s", method)
                 await context.abort(code, "internal server error")
             finally:
-                self._metrics.duration.labels(service, name).observe(time.perf_counter() - started)
-                self._metrics.requests.labels(service, name, code.name).inc()
+                duration.observe(time.perf_counter() - started)
+                outcomes.count(code)
 
         return wrapper
+
+
+class _Outcomes:
+    """The calls counter of one method, its child per status code looked up once."""
+
+    def __init__(self, metrics: GrpcServerMetrics, service: str, name: str) -> None:
+        self._metrics = metrics
+        self._service = service
+        self._name = name
+        self._children: dict[grpc.StatusCode, Any] = {}
+
+    def count(self, code: grpc.StatusCode) -> None:
+        child = self._children.get(code)
+        if child is None:
+            child = self._metrics.requests.labels(self._service, self._name, code.name)
+            self._children[code] = child
+        child.inc()
 
 
 def _context_code(context: grpc.aio.ServicerContext) -> grpc.StatusCode:
@@ -140,36 +182,3 @@ def _context_code(context: grpc.aio.ServicerContext) -> grpc.StatusCode:
     if isinstance(code, grpc.StatusCode):
         return code
     return grpc.StatusCode.UNKNOWN
-
-
-class ClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
-    """Gives every outgoing unary call a deadline and the current trace context."""
-
-    def __init__(self, default_timeout: float) -> None:
-        self._default_timeout = default_timeout
-
-    async def intercept_unary_unary(
-        self,
-        continuation: Callable[[grpc.aio.ClientCallDetails, Any], Any],
-        client_call_details: grpc.aio.ClientCallDetails,
-        request: Any,
-    ) -> Any:
-        method = client_call_details.method
-        method_name = method.decode() if isinstance(method, bytes) else method
-        with _tracer.start_as_current_span(
-            method_name.lstrip("/"), kind=trace.SpanKind.CLIENT, attributes={"rpc.system": "grpc"}
-        ):
-            metadata = list(client_call_details.metadata or ())
-            metadata.extend(metadata_from_context())
-            details = grpc.aio.ClientCallDetails(
-                method=client_call_details.method,
-                timeout=client_call_details.timeout
-                if client_call_details.timeout is not None
-                else self._default_timeout,
-                metadata=grpc.aio.Metadata(*metadata),
-                credentials=client_call_details.credentials,
-                wait_for_ready=client_call_details.wait_for_ready,
-            )
-            call = await continuation(details, request)
-            await call  # keep the span open until the response (or error) arrives
-            return call

@@ -23,6 +23,9 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
 TRACE_HEADERS = ("traceparent", "tracestate")
 _http_tracer = trace.get_tracer("crmkit.http")
+# True when configure_tracing installed the "nothing exports" provider: a span is then recorded
+# only below a sampled parent, and an unsampled one need not be started at all.
+_only_sampled_parents = False
 
 
 def configure_tracing(service_name: str) -> TracerProvider:
@@ -40,8 +43,18 @@ def configure_tracing(service_name: str) -> TracerProvider:
         # Nothing would export the spans: ids are still made (logs carry them, context still
         # travels) but spans are not recorded unless the caller's traceparent asks for it.
         provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_OFF))
+    global _only_sampled_parents
+    _only_sampled_parents = not _exporter_configured() and not os.environ.get("OTEL_TRACES_SAMPLER")
     trace.set_tracer_provider(provider)
     return provider
+
+
+def span_recordable(parent: otel_context.Context) -> bool:
+    """Whether a span started below `parent` could be recorded: False only when this process
+    records nothing but sampled traces and `parent` is not one (its span would be a no-op)."""
+    if not _only_sampled_parents:
+        return True
+    return trace.get_current_span(parent).get_span_context().trace_flags.sampled
 
 
 def _exporter_configured() -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 from nats.aio.client import Client as NatsClient
@@ -16,6 +16,7 @@ from gateway.ratelimit.limiter import RateLimiter
 from gateway.settings import GatewaySettings
 from gateway.subscriptions.hub import SubscriptionHub
 from gateway.upstreams import Upstreams
+from gateway.verified_tokens import VerifiedTokens
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class GatewayState:
     models: DataModelCache
     subscriptions: SubscriptionHub
     rate_limiter: RateLimiter
+    # Access tokens this process has verified (signature only; revocation is read every time).
+    verified_tokens: VerifiedTokens = field(default_factory=VerifiedTokens)
 
 
 def gateway_state(connection: HTTPConnection) -> GatewayState:

@@ -26,6 +26,9 @@ async def serve(settings: RecordsSettings) -> None:
         max_size=settings.DB_POOL_MAX_SIZE,
         application_name="records",
         statement_cache_size=settings.DB_STATEMENT_CACHE_SIZE,
+        # Requests never change session state (no SET, LISTEN, cursors or session advisory
+        # locks; the relay has its own connection): skip the reset round trip per call.
+        reset_session=False,
     )
     observe_pools(registry, {"records": pool})
     nats = await messaging.connect(settings.NATS_URL, "records")

@@ -14,6 +14,7 @@ import base64
 import binascii
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import cached_property
 from typing import Any
 from uuid import UUID
 
@@ -43,7 +44,7 @@ class SortKey:
 class Order:
     keys: tuple[SortKey, ...]  # always ends with id
 
-    @property
+    @cached_property  # read once per row of a page
     def signature(self) -> str:
         return ",".join(f"{k.name}:{'D' if k.descending else 'A'}" for k in self.keys)
 

@@ -23,7 +23,11 @@ _SCOPE_KEY = "crm.principal"
 
 def credential_verifier(state: GatewayState) -> CredentialVerifier:
     return CredentialVerifier(
-        state.settings.APP_SECRET, state.redis, state.upstreams.auth, state.metrics
+        state.settings.APP_SECRET,
+        state.redis,
+        state.upstreams.auth,
+        state.metrics,
+        state.verified_tokens,
     )
 
 

@@ -1,7 +1,8 @@
 """Bearer credential → verified Principal, with at most one Redis round trip.
 
-JWT access tokens are verified locally (signature, algorithm, expiry); API keys and personal
-access tokens are parsed locally. Then one GET of the credential's cache entry (written by
+JWT access tokens are verified locally (signature, algorithm, expiry; a token already verified
+by this process is recognised without redoing the HMAC, gateway.verified_tokens); API keys and
+personal access tokens are parsed locally. Then one GET of the credential's cache entry (written by
 identity on issue, change and revocation) decides: revoked, expired, wrong secret, or the
 principal. On a miss (or Redis unreachable) identity answers from Postgres and refills it.
 """
@@ -31,6 +32,7 @@ from crmkit.tokens import (
     parse_secret_token,
 )
 from gateway.metrics import GatewayMetrics
+from gateway.verified_tokens import VerifiedTokens
 
 log = logging.getLogger("gateway.auth")
 
@@ -66,11 +68,13 @@ class CredentialVerifier:
         redis: Redis,
         auth: identity_pb2_grpc.AuthServiceStub,
         metrics: GatewayMetrics | None = None,
+        verified: VerifiedTokens | None = None,
     ) -> None:
         self._secret = app_secret
         self._redis = redis
         self._auth = auth
         self._metrics = metrics
+        self._verified = verified if verified is not None else VerifiedTokens()
 
     async def verify(self, token: str) -> common_pb2.Principal:
         secret_token = parse_secret_token(token)
@@ -85,11 +89,7 @@ class CredentialVerifier:
                     )
                 )
             return self._accept(entry, secret=secret_token.secret)
-        try:
-            claims = decode_jwt(self._secret, token, TokenType.ACCESS)
-        except Unauthenticated as exc:
-            self._count("local", exc.reason_name)
-            raise
+        claims = self._claims(token)
         grant_id = grant_of(claims.jti)
         entry = await self._cached(grant_id)
         if entry is None:
@@ -101,6 +101,19 @@ class CredentialVerifier:
                 )
             )
         return self._accept(entry, claims=claims)
+
+    def _claims(self, token: str) -> Claims:
+        """The verified claims of an access token (the signature checked once per process)."""
+        claims = self._verified.get(token, time.time())
+        if claims is not None:
+            return claims
+        try:
+            claims = decode_jwt(self._secret, token, TokenType.ACCESS)
+        except Unauthenticated as exc:
+            self._count("local", exc.reason_name)
+            raise
+        self._verified.put(token, claims)
+        return claims
 
     def _accept(
         self,
