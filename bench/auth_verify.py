@@ -35,6 +35,7 @@ from crmkit.tokens import (
 )
 from crmstack.ports import free_port
 from gateway.auth.verify import CredentialVerifier
+from gateway.redis_connection import PipelinedRedis
 from identity.cache import CredentialCache
 from identity.principals import build_principal
 from identity.roles import ADMIN, RoleRow
@@ -92,7 +93,8 @@ async def _measure(
 async def run(iterations: int, port: int) -> bool:
     redis = Redis(host="127.0.0.1", port=port)
     cache = CredentialCache(redis, 3600)
-    verifier = CredentialVerifier(APP_SECRET, redis, NoIdentity())  # type: ignore[arg-type]
+    connection = PipelinedRedis(f"redis://127.0.0.1:{port}/0")
+    verifier = CredentialVerifier(APP_SECRET, connection, NoIdentity())  # type: ignore[arg-type]
 
     grant = uuid.uuid4()
     session = _principal(common_pb2.PRINCIPAL_KIND_USER, grant)
@@ -118,7 +120,7 @@ async def run(iterations: int, port: int) -> bool:
     )
 
     async def redis_get() -> object:
-        return await redis.get("crm:auth:cred:" + str(grant))
+        return await connection.get("crm:auth:cred:" + str(grant))
 
     print(f"{iterations} verifications each, one process, Valkey on 127.0.0.1:{port}")
     baseline, _, _ = await _measure("redis GET alone (floor)", redis_get, redis, iterations)
@@ -126,6 +128,7 @@ async def run(iterations: int, port: int) -> bool:
         await _measure("JWT access token", lambda: verifier.verify(access), redis, iterations),
         await _measure("API key", lambda: verifier.verify(api_key), redis, iterations),
     ]
+    await connection.close()
     await redis.aclose()
     ok = True
     for p50, _, trips in results:

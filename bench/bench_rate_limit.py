@@ -9,7 +9,7 @@ exactly one Redis round trip per check. Three shapes of counter:
 - large window: one credential with 10,000 entries (and more) in its window, still admitted.
 
 The floor is a bare Redis round trip (GET) over the same connection (the limiter's pipelined
-one, gateway/ratelimit/connection.py); "redis-py GET" shows what the same round trip costs through
+one, gateway/redis_connection.py); "redis-py GET" shows what the same round trip costs through
 redis-py's asyncio client, which the limiter used before.
 
     .venv/bin/python bench/bench_rate_limit.py            # 5,000 checks per shape
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.benchlib import BenchContext, Result, format_table, percentile
 from crm.common.v1 import common_pb2
 from crmstack.ports import free_port
-from gateway.ratelimit.connection import PipelinedRedis
 from gateway.ratelimit.limiter import RateLimiter
+from gateway.redis_connection import PipelinedRedis
 
 P50_BUDGET_MS = 0.3
 ROUND_TRIP_BUDGET = 1.0

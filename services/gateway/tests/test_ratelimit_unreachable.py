@@ -10,8 +10,8 @@ import pytest
 from crm.common.v1 import common_pb2
 from crmstack.ports import free_port
 from gateway.metrics import GatewayMetrics
-from gateway.ratelimit.connection import PipelinedRedis
 from gateway.ratelimit.limiter import RateLimiter
+from gateway.redis_connection import PipelinedRedis
 
 
 async def test_unreachable_redis_admits_counts_and_logs_once(

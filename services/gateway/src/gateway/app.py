@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from redis.asyncio import Redis
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,9 +34,9 @@ from gateway.graphql.parts import registered_parts
 from gateway.graphql.schema import build_static_schema
 from gateway.health import healthz, livez
 from gateway.metrics import GatewayMetrics
-from gateway.ratelimit.connection import PipelinedRedis
 from gateway.ratelimit.http import RateLimitHeadersMiddleware
 from gateway.ratelimit.limiter import RateLimiter
+from gateway.redis_connection import PipelinedRedis
 from gateway.rest import routes as rest
 from gateway.rest.openapi import open_api
 from gateway.routing import RouteTable
@@ -143,8 +142,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         upstreams = Upstreams.open(settings)
-        redis = Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-        limiter_redis = PipelinedRedis(settings.REDIS_URL, timeout=2)
+        redis = PipelinedRedis(settings.REDIS_URL, timeout=2)
         nats = await messaging.connect(settings.NATS_URL, name="gateway")
         database = (
             await create_pool(
@@ -180,7 +178,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             models=models,
             subscriptions=hub,
             rate_limiter=RateLimiter(
-                limiter_redis,
+                redis,
                 limit=settings.API_RATE_LIMITING_LIMIT,
                 window_ms=settings.API_RATE_LIMITING_TTL,
                 metrics=metrics,
@@ -193,8 +191,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             await feed.stop()
             await announcements.unsubscribe()
             await upstreams.close()
-            await redis.aclose()
-            await limiter_redis.close()
+            await redis.close()
             await nats.drain()
             if database is not None:
                 await database.close()

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 
 import asyncpg
 from nats.aio.client import Client as NatsClient
-from redis.asyncio import Redis
 from starlette.requests import HTTPConnection
 
 from crmkit.principal import PrincipalCodec
 from gateway.datamodel.cache import DataModelCache
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit.limiter import RateLimiter
+from gateway.redis_connection import PipelinedRedis
 from gateway.settings import GatewaySettings
 from gateway.subscriptions.hub import SubscriptionHub
 from gateway.upstreams import Upstreams
@@ -23,7 +23,7 @@ from gateway.verified_tokens import VerifiedTokens
 class GatewayState:
     settings: GatewaySettings
     upstreams: Upstreams
-    redis: Redis
+    redis: PipelinedRedis
     nats: NatsClient
     database: asyncpg.Pool | None
     metrics: GatewayMetrics

@@ -14,7 +14,6 @@ import time
 
 import grpc
 from google.protobuf.message import DecodeError
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from crm.common.v1 import common_pb2
@@ -32,6 +31,7 @@ from crmkit.tokens import (
     parse_secret_token,
 )
 from gateway.metrics import GatewayMetrics
+from gateway.redis_connection import PipelinedRedis
 from gateway.verified_tokens import VerifiedTokens
 
 log = logging.getLogger("gateway.auth")
@@ -65,7 +65,7 @@ class CredentialVerifier:
     def __init__(
         self,
         app_secret: str,
-        redis: Redis,
+        redis: PipelinedRedis,
         auth: identity_pb2_grpc.AuthServiceStub,
         metrics: GatewayMetrics | None = None,
         verified: VerifiedTokens | None = None,

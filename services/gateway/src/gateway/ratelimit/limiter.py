@@ -24,8 +24,8 @@ from redis.exceptions import RedisError
 
 from crm.common.v1 import common_pb2
 from gateway.metrics import GatewayMetrics
-from gateway.ratelimit.connection import LuaScript, PipelinedRedis
 from gateway.ratelimit.window import Decision, counter_key
+from gateway.redis_connection import LuaScript, PipelinedRedis
 
 log = logging.getLogger("gateway.ratelimit")
 
@@ -61,7 +61,7 @@ return {allowed, remaining, reset, now}
 
 
 class RateLimiter:
-    """Built once per process in the app's lifespan, on its own pipelined connection."""
+    """Built once per process in the app's lifespan, on the gateway's Redis connection."""
 
     def __init__(
         self,

@@ -15,8 +15,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crm.common.v1 import common_pb2
 from crmstack.stack import Stack
-from gateway.ratelimit.connection import PipelinedRedis
 from gateway.ratelimit.limiter import RateLimiter
+from gateway.redis_connection import PipelinedRedis
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from gateway.ratelimit.connection import encode_command, parse_reply
+from gateway.redis_connection import encode_command, parse_reply
 
 
 def test_commands_are_arrays_of_bulk_strings() -> None:
