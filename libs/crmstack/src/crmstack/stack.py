@@ -188,12 +188,9 @@ class Stack:
 
     def _shared_env(self) -> dict[str, str]:
         assert self.infra is not None
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if key in ("PATH", "HOME", "LANG", "TZ", "PYTHONPATH", "VIRTUAL_ENV")
-            or key.startswith("OTEL_")
-        }
+        # The caller's environment passes through (`API_RATE_LIMITING_LIMIT=1000 make run`);
+        # what the launcher decides (addresses, ports, the secret) and extra_env override it.
+        env = dict(os.environ)
         env.update(
             {
                 "APP_SECRET": self.config.app_secret,
