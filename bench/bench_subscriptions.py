@@ -38,7 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import nats
 import orjson
 import uvloop
@@ -49,11 +49,19 @@ from crm.events.v1 import events_pb2
 from crmkit.messaging import record_subject
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from bench.benchlib import BenchContext, Result, format_table, paced, percentile, write_json
+from bench.benchlib import (
+    BenchContext,
+    Result,
+    client_session,
+    format_table,
+    paced,
+    percentile,
+    write_json,
+)
+from bench.seed import signup
 
 LATENCY_BUDGET_MS = 50.0
 RATE = 100  # events per second
-PASSWORD = "bench password 1"  # noqa: S105  # a throwaway account of the bench stack
 
 
 def _ws_url(base_url: str) -> str:
@@ -62,22 +70,6 @@ def _ws_url(base_url: str) -> str:
 
 def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
-async def _signup(http: httpx.AsyncClient) -> dict[str, Any]:
-    response = await http.post(
-        "/auth/signup",
-        json={
-            "email": f"bench-{secrets.token_hex(6)}@example.com",
-            "password": PASSWORD,
-            "firstName": "Bench",
-            "lastName": "Subscriptions",
-            "workspaceName": "Subscriptions bench",
-        },
-    )
-    response.raise_for_status()
-    body: dict[str, Any] = response.json()
-    return body
 
 
 class Subscriber:
@@ -130,17 +122,18 @@ class Subscriber:
         await self.connection.close()
 
 
-async def _open_subscriptions(base_url: str) -> float:
-    text = (await asyncio.to_thread(httpx.get, base_url + "/metrics", timeout=10)).text
+async def _open_subscriptions(http: aiohttp.ClientSession) -> float:
+    async with http.get("/metrics") as response:
+        text = await response.text()
     for line in text.splitlines():
         if line.startswith("gateway_subscriptions_open "):
             return float(line.split()[1])
     return 0.0
 
 
-async def _wait_registered(base_url: str, count: float, timeout: float = 120) -> None:
+async def _wait_registered(http: aiohttp.ClientSession, count: float, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while await _open_subscriptions(base_url) < count:
+    while await _open_subscriptions(http) < count:
         if time.monotonic() > deadline:
             raise RuntimeError(f"fewer than {count} subscriptions registered")
         await asyncio.sleep(0.1)
@@ -186,7 +179,7 @@ def _result(
 
 
 async def _commit_to_subscriber(
-    ctx: BenchContext, http: httpx.AsyncClient, token: str, workspace_id: str, count: int
+    ctx: BenchContext, http: aiohttp.ClientSession, token: str, workspace_id: str, count: int
 ) -> list[Result]:
     subscriber = await Subscriber.open(ctx.base_url, token, "id createdAt")
     # The relay's part alone: the same events seen by a plain NATS subscriber.
@@ -201,14 +194,14 @@ async def _commit_to_subscriber(
     headers = {"Authorization": f"Bearer {token}"}
     created: dict[str, float] = {}
     try:
-        await _wait_registered(ctx.base_url, 1)
+        await _wait_registered(http, 1)
 
         async def create(index: int) -> None:
-            response = await http.post(
+            async with http.post(
                 "/rest/people", json={"firstName": f"Bench {index}"}, headers=headers
-            )
-            response.raise_for_status()
-            person = response.json()["data"]
+            ) as response:
+                response.raise_for_status()
+                person = orjson.loads(await response.read())["data"]
             created[person["id"]] = _epoch(person["createdAt"])
 
         seconds = await paced(count, RATE, create)
@@ -281,7 +274,7 @@ def _event(workspace_id: str, number: int) -> tuple[str, bytes]:
 
 
 async def _publish_to_subscriber(
-    ctx: BenchContext, token: str, workspace_id: str, count: int
+    ctx: BenchContext, http: aiohttp.ClientSession, token: str, workspace_id: str, count: int
 ) -> list[Result]:
     client = await nats.connect(ctx.nats_url)
     js = client.jetstream()
@@ -297,7 +290,7 @@ async def _publish_to_subscriber(
     subscriber = await Subscriber.open(ctx.base_url, token, "id jobTitle")
     ids: list[str] = []
     try:
-        await _wait_registered(ctx.base_url, 1)
+        await _wait_registered(http, 1)
 
         async def publish(index: int) -> None:
             record_id, data = _event(workspace_id, index)
@@ -336,7 +329,7 @@ async def _publish_to_subscriber(
 
 async def _fan_out(
     ctx: BenchContext,
-    http: httpx.AsyncClient,
+    http: aiohttp.ClientSession,
     token: str,
     workspace_id: str,
     subscribers: int,
@@ -344,7 +337,7 @@ async def _fan_out(
 ) -> list[Result]:
     """N sockets on `personCreated`; events one at a time, first created through REST (from
     commit), then published straight into JetStream (the gateway's part)."""
-    before = await _open_subscriptions(ctx.base_url)
+    before = await _open_subscriptions(http)
     sockets: list[Subscriber] = []
     for start in range(0, subscribers, 100):
         batch = range(start, min(start + 100, subscribers))
@@ -357,11 +350,11 @@ async def _fan_out(
     client = await nats.connect(ctx.nats_url) if ctx.nats_url else None
 
     async def committed_event(index: int) -> tuple[str, float]:
-        response = await http.post(
+        async with http.post(
             "/rest/people", json={"firstName": f"Fan-out {index}"}, headers=headers
-        )
-        response.raise_for_status()
-        person = response.json()["data"]
+        ) as response:
+            response.raise_for_status()
+            person = orjson.loads(await response.read())["data"]
         return person["id"], _epoch(person["createdAt"])
 
     async def published_event(index: int) -> tuple[str, float]:
@@ -396,7 +389,7 @@ async def _fan_out(
         return _result(name, subscribers, samples, seconds, notes=notes)
 
     try:
-        await _wait_registered(ctx.base_url, before + subscribers)
+        await _wait_registered(http, before + subscribers)
         results = [
             await measure(
                 f"fan-out: commit -> {subscribers} subscribers (each event)", committed_event
@@ -420,17 +413,13 @@ async def run(ctx: BenchContext) -> list[Result]:
     count = 30 if ctx.smoke else 1000
     fan_out_subscribers = 50 if ctx.smoke else 1000
     fan_out_events = 2 if ctx.smoke else 10
-    async with httpx.AsyncClient(
-        base_url=ctx.base_url,
-        timeout=httpx.Timeout(30, pool=None),
-        limits=httpx.Limits(max_connections=200),
-    ) as http:
-        account = await _signup(http)
+    async with client_session(ctx.base_url) as http:
+        account = await signup(http, "", "Subscriptions bench")  # relative: the base URL
         token = account["accessToken"]
         workspace_id = account["workspace"]["id"]
         results = await _commit_to_subscriber(ctx, http, token, workspace_id, count)
         if ctx.nats_url:
-            results.extend(await _publish_to_subscriber(ctx, token, workspace_id, count))
+            results.extend(await _publish_to_subscriber(ctx, http, token, workspace_id, count))
         results.extend(
             await _fan_out(ctx, http, token, workspace_id, fan_out_subscribers, fan_out_events)
         )

@@ -153,7 +153,7 @@ def machine(smoke: bool, sizes: seeding.Sizes, durable: bool) -> dict[str, Any]:
             "people": sizes.people,
             "opportunities": sizes.opportunities,
         },
-        "client": "one asyncio process (uvloop, aiohttp / httpx, asyncpg) on the same machine",
+        "client": "one asyncio process (uvloop, aiohttp, asyncpg) on the same machine",
     }
 
 

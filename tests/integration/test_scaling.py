@@ -17,7 +17,7 @@ from crmstack.client import Session, signup
 from crmstack.stack import Stack
 from examples.webhook_receiver import Delivery, WebhookReceiver
 from tests.integration.subscriptions_client import Socket, metric
-from tests.integration.webhooks_client import make_hooks, running_receiver
+from tests.integration.webhooks_client import make_hooks, running_receiver, skipped, wait_skipped
 
 LIMIT = 100  # the scaled stack's API_RATE_LIMITING_LIMIT
 EVENTS = 50
@@ -140,4 +140,20 @@ def test_every_webhook_event_arrives_when_a_deliverer_is_killed_mid_run(
             scaled_stack.restart("webhooks", killed)
     ids = {event.payload["id"] for event in events}
     assert len(ids) == EVENTS  # distinct event ids: each event at least once, deduplicated
+    assert sorted(event.payload["record"]["id"] for event in events) == sorted(created)
+
+
+def test_a_webhook_created_after_events_gets_every_later_one_on_both_deliverers(
+    scaled_stack: Stack, gateways: list[str], receiver: WebhookReceiver
+) -> None:
+    with httpx.Client(base_url=gateways[0], timeout=30) as http:
+        hooks = make_hooks(scaled_stack, http, receiver)
+        # Both deliverers take events of this workspace while it has no webhook (skipped).
+        before = skipped(scaled_stack)
+        for number in range(10):
+            create_person(gateways[number % 2], hooks.admin, f"Before {number}")
+        wait_skipped(scaled_stack, before + 10)
+        webhook = hooks.create(["person.created"])
+    created = [create_person(gateways[n % 2], hooks.admin, f"After {n}") for n in range(EVENTS)]
+    events = hooks.wait_events(webhook["path"], EVENTS, timeout=120)
     assert sorted(event.payload["record"]["id"] for event in events) == sorted(created)

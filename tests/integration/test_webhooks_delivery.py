@@ -21,6 +21,8 @@ from tests.integration.webhooks_client import (
     Hooks,
     make_hooks,
     running_receiver,
+    skipped,
+    wait_skipped,
 )
 
 
@@ -115,6 +117,29 @@ def test_operations_match_with_wildcards(hooks: Hooks) -> None:
         received = hooks.wait_events(made[name]["path"], len(operations))
         assert sorted(d.payload["operation"] for d in received) == sorted(operations), name
         assert hooks.rejected(made[name]["path"]) == []
+
+
+def test_a_webhook_gets_the_events_committed_after_it_is_created_or_widened(
+    hooks: Hooks, local_stack: Stack
+) -> None:
+    # Before the workspace has a webhook its events are taken and acknowledged unwritten.
+    before = skipped(local_stack)
+    early = hooks.create_record("person", {"firstName": "Early"})
+    wait_skipped(local_stack, before + 1)
+    webhook = hooks.create(["company.created"])
+    hooks.create_record("person", {"firstName": "Not wanted yet"})
+    company = hooks.create_record("company", {"name": "Wanted"})
+    hooks.wait_events(webhook["path"], 1)
+    hooks.gql(
+        UPDATE,
+        {"input": {"id": webhook["id"], "operations": ["company.created", "person.created"]}},
+    )
+    later = hooks.create_record("person", {"firstName": "After the update"})
+    events = hooks.wait_events(webhook["path"], 2)
+    received = sorted(e.payload["record"]["id"] for e in events)
+    assert received == sorted([company["id"], later["id"]])
+    assert early["id"] not in received
+    assert len(hooks.wait_deliveries(webhook["id"], 2)) == 2  # nothing else was queued
 
 
 class Failing:

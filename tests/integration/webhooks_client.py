@@ -46,6 +46,7 @@ REDELIVER = f"""mutation($id: UUID!) {{
 }}"""
 ROTATE = f"mutation($id: UUID!) {{ rotateWebhookSecret(id: $id) {{ {WEBHOOK_FIELDS} }} }}"
 DELETE = "mutation($id: UUID!) { deleteWebhook(id: $id) }"
+SKIPPED = "webhook_events_skipped_total"
 
 
 def attach(stack: Stack, workspace_id: str) -> Workspace:
@@ -153,6 +154,31 @@ class Hooks:
 
     def rejected(self, path: str) -> list[str]:
         return [reason for where, reason in self.receiver.rejected if where == path]
+
+
+def deliverer_metric(stack: Stack, name: str, replica: int = 0) -> float:
+    """A counter of one webhooks replica's /metrics (0 when absent)."""
+    port = stack.instances["webhooks"][replica].metrics_port
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    for line in text.splitlines():
+        key, _, value = line.rpartition(" ")
+        if key == name:
+            return float(value)
+    return 0.0
+
+
+def wait_skipped(stack: Stack, at_least: float, timeout: float = 60) -> None:
+    """Until the deliverers together skipped `at_least` events (acknowledged unwritten)."""
+    deadline = time.monotonic() + timeout
+    replicas = range(len(stack.instances["webhooks"]))
+    while sum(deliverer_metric(stack, SKIPPED, r) for r in replicas) < at_least:
+        assert time.monotonic() < deadline, "the deliverers did not take the events"
+        time.sleep(0.1)
+
+
+def skipped(stack: Stack) -> float:
+    replicas = range(len(stack.instances["webhooks"]))
+    return sum(deliverer_metric(stack, SKIPPED, r) for r in replicas)
 
 
 def make_hooks(stack: Stack, client: httpx.Client, receiver: WebhookReceiver) -> Hooks:

@@ -11,8 +11,9 @@ marked when the process dies is published again; JetStream drops the copy inside
 window (Nats-Msg-Id), and consumers dedupe on the event id beyond it.
 
 The relay wakes on `NOTIFY records_outbox` (a statement trigger on the outbox) and polls every
-second as a fallback. As it goes it updates the pending and lag gauges and prunes published
-rows older than the retention.
+second as a fallback. Beside it, on a connection of its own so that no event waits behind them,
+the active relay updates the pending and lag gauges every second and prunes published rows
+older than the retention.
 """
 
 from __future__ import annotations
@@ -78,7 +79,6 @@ class OutboxRelay:
         self._metrics = metrics
         self._wake = asyncio.Event()
         self._stream_ready = False
-        self._next_gauges = 0.0
         self._next_prune = 0.0
 
     async def run(self) -> None:
@@ -86,16 +86,16 @@ class OutboxRelay:
         while True:
             connection: Any = None
             try:
-                connection = await asyncpg.connect(
-                    self._settings.DATABASE_URL,
-                    # A mark lost in a database crash only republishes rows (deduped): no need
-                    # to wait for the WAL flush.
-                    server_settings={"application_name": "relay", "synchronous_commit": "off"},
-                )
+                connection = await self._connect("relay")
                 if await connection.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY):
                     log.info("outbox relay active")
                     self._metrics.relay_active.set(1)
-                    await self._lead(connection)
+                    keeper = asyncio.create_task(self._keep_house(), name="outbox-housekeeping")
+                    try:
+                        await self._lead(connection)
+                    finally:
+                        keeper.cancel()
+                        await asyncio.gather(keeper, return_exceptions=True)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("outbox relay lost its database connection: %s", exc)
             finally:
@@ -105,12 +105,19 @@ class OutboxRelay:
                         await asyncio.shield(connection.close(timeout=2))
             await asyncio.sleep(_STANDBY_RETRY_SECONDS)
 
+    async def _connect(self, name: str) -> Any:
+        return await asyncpg.connect(
+            self._settings.DATABASE_URL,
+            # A mark lost in a database crash only republishes rows (deduped): no need to wait
+            # for the WAL flush.
+            server_settings={"application_name": name, "synchronous_commit": "off"},
+        )
+
     async def _lead(self, connection: Any) -> None:
         await connection.add_listener(NOTIFY_CHANNEL, self._on_notify)
         backoff = 0.0
         while not connection.is_closed():
             self._wake.clear()
-            await self._housekeeping(connection)
             try:
                 published, more = await self._publish_round(connection)
                 backoff = 0.0
@@ -204,13 +211,28 @@ class OutboxRelay:
             raise PublishFailed(f"stream: {type(exc).__name__}: {exc}") from None
         self._stream_ready = True
 
+    async def _keep_house(self) -> None:
+        """While this relay is active: the gauges every second, the pruning every minute."""
+        while True:
+            connection: Any = None
+            try:
+                connection = await self._connect("relay-housekeeping")
+                while True:
+                    await self._housekeeping(connection)
+                    await asyncio.sleep(_GAUGE_SECONDS)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("outbox housekeeping lost its database connection: %s", exc)
+            finally:
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(connection.close(timeout=2))
+            await asyncio.sleep(_STANDBY_RETRY_SECONDS)
+
     async def _housekeeping(self, connection: Any) -> None:
         now = time.monotonic()
-        if now >= self._next_gauges:
-            self._next_gauges = now + _GAUGE_SECONDS
-            pending, lag = await connection.fetchrow(_BACKLOG)
-            self._metrics.outbox_pending.set(pending)
-            self._metrics.relay_lag.set(float(lag))
+        pending, lag = await connection.fetchrow(_BACKLOG)
+        self._metrics.outbox_pending.set(pending)
+        self._metrics.relay_lag.set(float(lag))
         if now >= self._next_prune:
             self._next_prune = now + _PRUNE_SECONDS
             retention = float(self._settings.OUTBOX_RETENTION)

@@ -64,7 +64,7 @@ async def serve(settings: WebhooksSettings) -> None:
         dispatcher = Dispatcher(
             settings, dispatch_pool, Sender(http, settings.WEBHOOK_TIMEOUT), box, metrics
         )
-        intake = Intake(settings, nats, pool, metrics, on_queued=dispatcher.wake)
+        intake = Intake(settings, nats, pool, metrics, dispatcher)
         background = [intake.run, dispatcher.run]
         on_redelivery = dispatcher.wake
     servicer = WebhookServicer(

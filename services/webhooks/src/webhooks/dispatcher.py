@@ -5,6 +5,10 @@ its lease and stamps the rows with its lease id, so replicas never claim the sam
 while its attempt may still be running; if a process dies mid-attempt, the lease runs out and
 the delivery is due again (at least once). Outcomes are written only by the lease holder.
 
+The intake claims the deliveries it queues in the same statement (`claiming` gives it the room
+left and a lease; `adopt` starts them), so a fresh event costs no claim round trip; rows beyond
+the room are queued due, for the claims below.
+
 Concurrency is bounded twice: WEBHOOK_MAX_CONCURRENCY attempts in the process, and
 WEBHOOK_MAX_CONCURRENCY_PER_TARGET (P) per target (scheme://host:port). To spare a database
 round trip per attempt, a target may hold up to 2P claimed deliveries: P running and P queued in
@@ -27,7 +31,8 @@ import logging
 import time
 import uuid
 from collections import Counter
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -52,10 +57,16 @@ _LEASE_MARGIN_SECONDS = 10.0
 _MAX_IDLE_SECONDS = 1.0
 _CANDIDATE_FACTOR = 2  # rows scanned per row claimed, so busy targets do not starve the claim
 _FLUSH_BATCH = 500
+# Outcomes wait this long for company before they are written: at 100 deliveries/s, one
+# statement per few deliveries instead of one each. Nothing waits on them but the delivery log.
+_FLUSH_LINGER_SECONDS = 0.05
 _GAUGE_SECONDS = 5.0
 _PRUNE_SECONDS = 600.0
 _PRUNE_CHUNK = 1000
 
+# Candidates are read without locks and only the chosen rows are locked (SKIP LOCKED) and
+# rechecked: locking every candidate wrote a lock to rows that were not taken, most of them when
+# one busy target fills the due queue.
 _CLAIM = """
 WITH room AS (
     SELECT * FROM unnest($2::text[], $3::int[]) AS r(origin, claimed)
@@ -66,7 +77,6 @@ WITH room AS (
       AND NOT (w.target_origin = ANY($4::text[]))
     ORDER BY d.next_attempt_at
     LIMIT $5
-    FOR UPDATE OF d SKIP LOCKED
 ), ranked AS (
     SELECT c.id, c.next_attempt_at,
            coalesce(r.claimed, 0)
@@ -77,11 +87,16 @@ WITH room AS (
     SELECT id, next_attempt_at AS due,
            ceil(position::float8 / $6) * $7 + $8 AS lease_seconds
     FROM ranked WHERE position <= 2 * $6 ORDER BY next_attempt_at LIMIT $1
+), locked AS (
+    SELECT d.id FROM webhooks.deliveries d
+    WHERE d.id = ANY(ARRAY(SELECT id FROM chosen)) AND d.status = 'pending'
+      AND d.next_attempt_at <= now()
+    FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE webhooks.deliveries d
     SET next_attempt_at = now() + make_interval(secs => chosen.lease_seconds), lease = $9
-    FROM chosen, webhooks.webhooks w, webhooks.events e
-    WHERE d.id = chosen.id AND w.id = d.webhook_id AND e.id = d.event_id
+    FROM chosen, locked, webhooks.webhooks w, webhooks.events e
+    WHERE d.id = chosen.id AND locked.id = d.id AND w.id = d.webhook_id AND e.id = d.event_id
     RETURNING d.id::text, d.workspace_id::text, d.webhook_id::text, d.event_id::text,
               d.operation, d.attempts, w.target_url, w.target_origin, w.secret_sealed,
               e.record::text AS record, e.previous_record::text AS previous_record,
@@ -148,6 +163,20 @@ class Claimed:
 
 
 @dataclass(frozen=True)
+class Room:
+    """What a claim may take: `total` rows in all, each target up to 2 x `per_target` counting
+    the `held` ones, each row leased by `lease` for `ceil(position / per_target) x timeout +
+    margin` seconds (position in its target's queue)."""
+
+    lease: uuid.UUID
+    total: int
+    held: dict[str, int]
+    per_target: int
+    timeout: float
+    margin: float
+
+
+@dataclass(frozen=True)
 class Outcome:
     delivery: Claimed
     result: HttpAttempt
@@ -178,12 +207,42 @@ class Dispatcher:
         self._target_slots: dict[str, asyncio.Semaphore] = {}
         self._drained: dict[str, bool] = {}  # target -> its last claim took every due row
         self._tasks: set[asyncio.Task[None]] = set()
+        self._claiming = asyncio.Lock()  # one claim (or intake adoption) at a time
         self._outcomes: asyncio.Queue[Outcome] = asyncio.Queue()
         self._next_gauge = 0.0
         self._next_prune = 0.0
 
     def wake(self) -> None:
         self._wake.set()
+
+    @asynccontextmanager
+    async def claiming(self) -> AsyncIterator[Room]:
+        """The room for rows claimed while this is held (the intake's, see `adopt`); claims of
+        this process wait meanwhile so the room is not given twice."""
+        async with self._claiming:
+            yield self._room()
+
+    def adopt(self, claimed: list[Claimed], left_due: set[str]) -> None:
+        """Starts deliveries the intake queued and leased with the room of `claiming`.
+        `left_due`: targets of rows it queued due instead (no room): claimed once there is."""
+        for delivery in claimed:
+            self._start(delivery)
+        for target in {delivery.target_origin for delivery in claimed} | left_due:
+            # Nothing else due known for a target all of whose new rows were taken (the idle
+            # rounds, at most a second apart, find rows others left due).
+            self._drained[target] = target not in left_due and self._drained.get(target, True)
+        if left_due:
+            self._wake.set()
+
+    def _room(self) -> Room:
+        return Room(
+            lease=uuid.uuid4(),
+            total=self._max_claimed - sum(self._claimed.values()),
+            held=dict(self._claimed),
+            per_target=self._per_target,
+            timeout=self._settings.WEBHOOK_TIMEOUT,
+            margin=_LEASE_MARGIN_SECONDS,
+        )
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write_outcomes(), name="webhook-outcomes")
@@ -203,12 +262,12 @@ class Dispatcher:
     async def _round(self) -> None:
         self._wake.clear()
         await self._housekeeping()
-        room = self._max_claimed - sum(self._claimed.values())
-        held = dict(self._claimed)
-        claimed = await self._claim(room) if room > 0 else []
-        self._note_drained(held, claimed, room)
-        for delivery in claimed:
-            self._start(delivery)
+        async with self.claiming() as space:
+            room = space.total
+            claimed = await self._claim(space) if room > 0 else []
+            self._note_drained(space.held, claimed, room)
+            for delivery in claimed:
+                self._start(delivery)
         if claimed and len(claimed) == room:
             return  # maybe more due: go again once claims drain (an attempt ending wakes us)
         # Sleep until the next retry falls due. Rows already due but not claimed wait for a
@@ -216,24 +275,22 @@ class Dispatcher:
         due = await self._pool.fetchval(_NEXT_DUE) if room > 0 else None
         await wait_until_due(self._wake, due, _MAX_IDLE_SECONDS)
 
-    async def _claim(self, limit: int) -> list[Claimed]:
+    async def _claim(self, room: Room) -> list[Claimed]:
         # A target with more than P claimed still has a full wave queued: skip it this time.
-        busy = [target for target, count in self._claimed.items() if count > self._per_target]
-        held = list(self._claimed.items())
-        lease = uuid.uuid4()
+        busy = [target for target, count in room.held.items() if count > room.per_target]
         rows = await self._pool.fetch(
             _CLAIM,
-            limit,
-            [target for target, _ in held],
-            [count for _, count in held],
+            room.total,
+            list(room.held),
+            list(room.held.values()),
             busy,
-            limit * _CANDIDATE_FACTOR,
-            self._per_target,
-            self._settings.WEBHOOK_TIMEOUT,
-            _LEASE_MARGIN_SECONDS,
-            lease,
+            room.total * _CANDIDATE_FACTOR,
+            room.per_target,
+            room.timeout,
+            room.margin,
+            room.lease,
         )
-        return [Claimed(*tuple(row)[:-1], lease=lease) for row in rows]  # type: ignore[misc]
+        return [Claimed(*tuple(row)[:-1], lease=room.lease) for row in rows]  # type: ignore[misc]
 
     def _note_drained(self, held: dict[str, int], claimed: list[Claimed], room: int) -> None:
         """Remember the targets that had no more due rows than this claim took."""
@@ -331,6 +388,8 @@ class Dispatcher:
     async def _write_outcomes(self) -> None:
         while True:
             batch = [await self._outcomes.get()]
+            if self._outcomes.qsize() < _FLUSH_BATCH:
+                await asyncio.sleep(_FLUSH_LINGER_SECONDS)
             while len(batch) < _FLUSH_BATCH and not self._outcomes.empty():
                 batch.append(self._outcomes.get_nowait())
             while True:

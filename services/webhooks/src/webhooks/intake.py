@@ -1,12 +1,15 @@
 """Event intake: record events from JetStream become delivery rows for the matching webhooks.
 
 Every deliverer replica pulls from one durable consumer (`webhooks-deliverer`, explicit ack), so
-each event goes to one replica at a time. A batch of events is turned into rows with one
-statement: the events that match an active webhook of their workspace (exact operation,
-`<object>.*`, `*.<action>` or `*.*`) are stored once, with one pending delivery per matching
-webhook. Both inserts are idempotent on ids (an event delivered twice by JetStream adds nothing),
+each event goes to one replica at a time. Events no active webhook wants (`webhooks.routes`, the
+cached routes, checked against the committed routing version in the same round trip) are
+acknowledged without being written. The others are turned into rows with one statement: the
+events that match an active webhook of their workspace (exact operation, `<object>.*`,
+`*.<action>` or `*.*`) are stored once, with one delivery per matching webhook, leased to this
+process and handed to the dispatcher as far as it has room (the rest are queued due, for its
+claims). Both inserts are idempotent on ids (an event delivered twice by JetStream adds nothing),
 and the messages are acknowledged only after the rows commit, so a crash before that makes
-JetStream send them again.
+JetStream send them again; a leased delivery whose process died is due again when its lease ends.
 
 Each event is a consumer span continuing the trace carried in its NATS headers; the span's
 context is stored with the event, so the delivery attempts continue the same trace.
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC
 from typing import Any
@@ -30,7 +33,9 @@ from opentelemetry import trace
 from crm.events.v1 import events_pb2
 from crmkit.messaging import RECORD_EVENTS_STREAM, durable_record_consumer, fetch_batches
 from crmkit.telemetry import TRACE_HEADERS, extract_context, inject_headers
+from webhooks.dispatcher import Claimed, Dispatcher, Room
 from webhooks.metrics import WebhooksMetrics
+from webhooks.routes import LOAD, VERSION, Routes
 from webhooks.settings import WebhooksSettings
 
 log = logging.getLogger("webhooks.intake")
@@ -44,20 +49,33 @@ _ACTIONS = {
     events_pb2.RECORD_ACTION_DELETED: "deleted",
 }
 
-# $1..$10: the batch as parallel arrays. Returns the number of deliveries created.
+# $1..$10: the batch as parallel arrays; $11..$16 the dispatcher's room (`Room`). Returns the
+# routing version this statement saw, and one row per delivery queued: leased to this process
+# (with what the attempt needs) or left due for a later claim.
 _INTAKE = """
 WITH incoming AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::uuid[],
                          $6::text[], $7::text[], $8::timestamptz[], $9::bigint[], $10::text[])
+        WITH ORDINALITY
         AS i(id, workspace_id, object, action, record_id, record, previous_record, occurred_at,
-             sequence, trace_context)
+             sequence, trace_context, position)
 ), matched AS (
-    SELECT i.id AS event_id, i.object || '.' || i.action AS operation, w.id AS webhook_id,
-           w.workspace_id
+    SELECT i.id AS event_id, i.position, i.object || '.' || i.action AS operation,
+           w.id AS webhook_id, w.workspace_id, w.target_origin
     FROM incoming i
     JOIN webhooks.webhooks w ON w.workspace_id = i.workspace_id AND w.is_active
      AND w.operations && ARRAY[i.object || '.' || i.action, i.object || '.*',
                                '*.' || i.action, '*.*']
+), room AS (
+    SELECT * FROM unnest($11::text[], $12::int[]) AS r(origin, claimed)
+), ranked AS (
+    SELECT m.*, coalesce(r.claimed, 0) + row_number() OVER (
+               PARTITION BY m.target_origin ORDER BY m.position, m.webhook_id) AS slot
+    FROM matched m LEFT JOIN room r ON r.origin = m.target_origin
+), placed AS (
+    SELECT ranked.*, slot <= 2 * $14::int AND sum((slot <= 2 * $14::int)::int) OVER (
+               ORDER BY position, webhook_id ROWS UNBOUNDED PRECEDING) <= $13::int AS leased
+    FROM ranked
 ), stored AS (
     INSERT INTO webhooks.events (id, workspace_id, object, action, record_id, record,
                                  previous_record, occurred_at, sequence, trace_context)
@@ -67,13 +85,22 @@ WITH incoming AS (
     ON CONFLICT (id) DO NOTHING
 ), queued AS (
     INSERT INTO webhooks.deliveries (id, workspace_id, webhook_id, event_id, operation,
-                                     next_attempt_at)
-    SELECT gen_random_uuid(), m.workspace_id, m.webhook_id, m.event_id, m.operation, now()
-    FROM matched m
+                                     next_attempt_at, lease)
+    SELECT gen_random_uuid(), p.workspace_id, p.webhook_id, p.event_id, p.operation,
+           CASE WHEN p.leased
+                THEN now() + make_interval(
+                    secs => ceil(p.slot::float8 / $14::int) * $15::float8 + $16::float8)
+                ELSE now() END,
+           CASE WHEN p.leased THEN $17::uuid END
+    FROM placed p
     ON CONFLICT (webhook_id, event_id) WHERE redelivery_of IS NULL DO NOTHING
-    RETURNING 1
+    RETURNING id, workspace_id, webhook_id, event_id, operation, lease
 )
-SELECT count(*) FROM queued
+SELECT v.version, q.id::text, q.workspace_id::text, q.webhook_id::text, q.event_id::text,
+       q.operation, q.lease IS NOT NULL AS leased, w.target_url, w.target_origin,
+       w.secret_sealed
+FROM webhooks.routing_version v
+LEFT JOIN (queued q JOIN webhooks.webhooks w ON w.id = q.webhook_id) ON true
 """
 
 
@@ -123,13 +150,14 @@ class Intake:
         nats: NatsClient,
         pool: asyncpg.Pool,
         metrics: WebhooksMetrics,
-        on_queued: Callable[[], None],
+        dispatcher: Dispatcher,
     ) -> None:
         self._settings = settings
         self._nats = nats
         self._pool = pool
         self._metrics = metrics
-        self._on_queued = on_queued
+        self._dispatcher = dispatcher
+        self._routes = Routes()
 
     async def run(self) -> None:
         subscription = await durable_record_consumer(
@@ -168,7 +196,7 @@ class Intake:
             return
         while True:
             try:
-                queued = await self._store(events)
+                queued = await self._route(events)
                 break
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 # Not acknowledged: keep trying; JetStream resends after ack_wait anyway.
@@ -177,23 +205,92 @@ class Intake:
         self._metrics.events.inc(len(events))
         if queued:
             self._metrics.deliveries_queued.inc(queued)
-            self._on_queued()
 
-    async def _store(self, events: list[DecodedEvent]) -> int:
-        count = await self._pool.fetchval(
-            _INTAKE,
-            [e.id for e in events],
-            [e.workspace_id for e in events],
-            [e.object for e in events],
-            [e.action for e in events],
-            [e.record_id or None for e in events],
-            [e.record for e in events],
-            [e.previous_record for e in events],
-            [e.occurred_at for e in events],
-            [e.sequence for e in events],
-            [e.trace_context for e in events],
-        )
-        return int(count or 0)
+    async def _route(self, events: list[DecodedEvent]) -> int:
+        """Queues the deliveries of the events some webhook wants; returns how many. The
+        events the cached routes passed over are matched again whenever the statement saw
+        another routing version than the cache's (a webhook changed), until they agree."""
+        if not self._routes.version:
+            await self._reload_routes()
+        queued = 0
+        left = events
+        while True:
+            routes = self._routes
+            wanted = [e for e in left if routes.wants(e.workspace_id, e.object, e.action)]
+            if wanted:
+                version, count = await self._store(wanted)
+                queued += count
+            else:
+                version = int(await self._pool.fetchval(VERSION))
+            if version == routes.version:
+                self._metrics.events_skipped.inc(len(left) - len(wanted))
+                return queued
+            await self._reload_routes()
+            left = [e for e in left if not routes.wants(e.workspace_id, e.object, e.action)]
+
+    async def _reload_routes(self) -> None:
+        self._routes = Routes.of(tuple(row) for row in await self._pool.fetch(LOAD))
+        self._metrics.routes_loads.inc()
+
+    async def _store(self, events: list[DecodedEvent]) -> tuple[int, int]:
+        """Stores the events and their deliveries; the dispatcher starts those it has room for.
+        Returns the routing version the statement saw and the deliveries queued."""
+        async with self._dispatcher.claiming() as room:
+            rows = await self._pool.fetch(_INTAKE, *_columns(events), *_room_args(room))
+            by_id = {event.id: event for event in events}
+            leased = [_claimed(row, by_id[row[4]], room.lease) for row in rows if row[6]]
+            left_due = {row[8] for row in rows if row[1] is not None and not row[6]}
+            self._dispatcher.adopt(leased, left_due)
+        queued = sum(1 for row in rows if row[1] is not None)
+        return int(rows[0][0]), queued
+
+
+def _columns(events: list[DecodedEvent]) -> tuple[list[Any], ...]:
+    return (
+        [e.id for e in events],
+        [e.workspace_id for e in events],
+        [e.object for e in events],
+        [e.action for e in events],
+        [e.record_id or None for e in events],
+        [e.record for e in events],
+        [e.previous_record for e in events],
+        [e.occurred_at for e in events],
+        [e.sequence for e in events],
+        [e.trace_context for e in events],
+    )
+
+
+def _room_args(room: Room) -> tuple[Any, ...]:
+    return (
+        list(room.held),
+        list(room.held.values()),
+        room.total,
+        room.per_target,
+        room.timeout,
+        room.margin,
+        room.lease,
+    )
+
+
+def _claimed(row: Any, event: DecodedEvent, lease: uuid.UUID) -> Claimed:
+    """A delivery the intake leased, as the dispatcher's claim would have returned it."""
+    _, delivery_id, workspace_id, webhook_id, event_id, operation, _, url, origin, sealed = row
+    return Claimed(
+        id=delivery_id,
+        workspace_id=workspace_id,
+        webhook_id=webhook_id,
+        event_id=event_id,
+        operation=operation,
+        attempts=0,
+        target_url=url,
+        target_origin=origin,
+        secret_sealed=sealed,
+        record=event.record,
+        previous_record=event.previous_record,
+        occurred_at=event.occurred_at,
+        trace_context=event.trace_context,
+        lease=lease,
+    )
 
 
 def _process_span(message: Msg, event_id: str) -> tuple[trace.Span, str]:

@@ -13,6 +13,8 @@ EVENT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 60, 300, 3600, 216
 @dataclass(frozen=True)
 class WebhooksMetrics:
     events: Counter
+    events_skipped: Counter
+    routes_loads: Counter
     deliveries_queued: Counter
     attempts: Counter
     attempt_duration: Histogram
@@ -26,6 +28,17 @@ class WebhooksMetrics:
             events=Counter(
                 "webhook_events_consumed_total",
                 "Record events read from JetStream by the deliverer.",
+                registry=registry,
+            ),
+            events_skipped=Counter(
+                "webhook_events_skipped_total",
+                "Record events acknowledged without a write: no active webhook wants them.",
+                registry=registry,
+            ),
+            routes_loads=Counter(
+                "webhook_routes_loads_total",
+                "Loads of the intake's routes (which workspaces' webhooks want which operations): "
+                "at start and after each webhook change.",
                 registry=registry,
             ),
             deliveries_queued=Counter(
