@@ -4,6 +4,7 @@ the configured delays, redelivery, secret rotation, timeouts and a slow endpoint
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -287,3 +288,24 @@ def test_a_slow_endpoint_does_not_delay_the_others(hooks: Hooks) -> None:
         hooks.handlers.pop(slow["path"], None)
     hooks.wait_events(slow["path"], 30, timeout=90)
     hooks.gql(UPDATE, {"input": {"id": slow["id"], "isActive": False}})
+
+
+@pytest.mark.parametrize("flags", ["00", "01"], ids=["unsampled", "sampled"])
+def test_a_delivery_continues_the_trace_of_the_call_that_caused_it(
+    hooks: Hooks, flags: str
+) -> None:
+    """With no exporter configured, an unsampled trace is not recorded anywhere, yet its id
+    still reaches the receiver (and every log line on the way)."""
+    webhook = hooks.create(["company.created"])
+    trace_id = secrets.token_hex(16)
+    response = hooks.client.post(
+        "/rest/companies",
+        json={"name": "Traced Ltd"},
+        headers={
+            "Authorization": f"Bearer {hooks.admin.access_token}",
+            "traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-{flags}",
+        },
+    )
+    assert response.status_code == 201, response.text
+    (delivered,) = hooks.wait_events(webhook["path"], 1)
+    assert delivered.headers["traceparent"].split("-")[1] == trace_id

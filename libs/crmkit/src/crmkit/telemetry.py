@@ -98,9 +98,10 @@ def metadata_from_context() -> list[tuple[str, str]]:
 
 def http_client_tracing() -> aiohttp.TraceConfig:
     """aiohttp hooks giving every outbound request made inside a trace a client span, whose
-    context the request carries in `traceparent`. Requests made outside any trace (none today)
-    start none. Only the target's host and port are recorded: paths and queries of
-    user-configured URLs often hold tokens."""
+    context the request carries in `traceparent`. Inside a trace that is not recorded the
+    request carries that trace's context with no span of its own; outside any trace, nothing.
+    Only the target's host and port are recorded: paths and queries of user-configured URLs
+    often hold tokens."""
     config = aiohttp.TraceConfig()
 
     async def on_start(
@@ -108,7 +109,10 @@ def http_client_tracing() -> aiohttp.TraceConfig:
         ctx: SimpleNamespace,
         params: aiohttp.TraceRequestStartParams,
     ) -> None:
-        if not trace.get_current_span().is_recording():
+        current = trace.get_current_span()
+        if not current.is_recording():
+            if current.get_span_context().is_valid:  # unrecorded trace: its id still travels
+                propagate.inject(params.headers)
             return
         span = _http_tracer.start_span(
             params.method,
