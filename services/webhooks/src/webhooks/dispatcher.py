@@ -43,7 +43,7 @@ from opentelemetry.context import Context
 
 from crmkit.http_send import HttpAttempt
 from crmkit.retries import next_step, wait_until_due
-from crmkit.telemetry import extract_context
+from crmkit.telemetry import extract_context, span_recordable
 from webhooks.metrics import WebhooksMetrics
 from webhooks.payload import EventPayload, PayloadTooLarge, build_body
 from webhooks.sealing import SecretBox, SecretUnavailable
@@ -433,9 +433,12 @@ class Dispatcher:
 def _delivery_span(delivery: Claimed) -> AbstractContextManager[trace.Span]:
     """The span of one attempt, in the trace of the change that caused the event; the HTTP
     request below it is a client span of its own (crmkit.outbound) carrying `traceparent`."""
+    parent = _stored_context(delivery.trace_context)
+    if not span_recordable(parent):  # its trace id still reaches logs and the traceparent sent
+        return trace.use_span(trace.get_current_span(parent), end_on_exit=False)
     return _tracer.start_as_current_span(
         "webhook delivery",
-        context=_stored_context(delivery.trace_context),
+        context=parent,
         attributes={
             "crm.webhook.id": delivery.webhook_id,
             "crm.webhook.delivery.id": delivery.id,

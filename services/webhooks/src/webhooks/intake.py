@@ -32,7 +32,7 @@ from opentelemetry import trace
 
 from crm.events.v1 import events_pb2
 from crmkit.messaging import RECORD_EVENTS_STREAM, durable_record_consumer, fetch_batches
-from crmkit.telemetry import TRACE_HEADERS, extract_context, inject_headers
+from crmkit.telemetry import TRACE_HEADERS, extract_context, inject_headers, span_recordable
 from webhooks.dispatcher import Claimed, Dispatcher, Room
 from webhooks.metrics import WebhooksMetrics
 from webhooks.routes import LOAD, VERSION, Routes
@@ -296,11 +296,14 @@ def _claimed(row: Any, event: DecodedEvent, lease: uuid.UUID) -> Claimed:
 def _process_span(message: Msg, event_id: str) -> tuple[trace.Span, str]:
     """The consumer span of one event and the trace context to store with it (its own).
 
-    An event published outside any trace gets no span (and an empty context)."""
+    An event published outside any trace gets no span (and an empty context); one whose trace
+    nothing here would record gets no span either, and keeps the publisher's context."""
     carried = {key: value for key, value in (message.headers or {}).items() if key in TRACE_HEADERS}
     parent = extract_context(carried)
     if not trace.get_current_span(parent).get_span_context().is_valid:
         return trace.INVALID_SPAN, "{}"
+    if not span_recordable(parent):  # the delivery goes on in the caller's trace, unrecorded
+        return trace.INVALID_SPAN, orjson.dumps(carried).decode()
     span = _tracer.start_span(
         f"process {RECORD_EVENTS_STREAM}",
         context=parent,
