@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 import orjson
+from asyncpg.pool import PoolConnectionProxy
 from opentelemetry import trace
 
 log = logging.getLogger("crmkit.db")
@@ -210,6 +211,32 @@ async def migrate(dsn: str, schema: str, package: str) -> list[str]:
     finally:
         await connection.close()
     return applied
+
+
+# A connection of its own or one acquired from a pool: what a store's functions accept.
+Connection = asyncpg.Connection | PoolConnectionProxy
+
+
+async def update_workspace_row(
+    connection: Connection,
+    table: str,
+    returning: str,
+    row_id: str,
+    workspace_id: str,
+    changes: Mapping[str, Any],
+) -> asyncpg.Record | None:
+    """Apply `changes` (column -> value; columns chosen by the caller, never by input) to the
+    row `row_id` of `table` in `workspace_id`, stamp `updated_at`, and answer `returning`."""
+    assignments = [f"{column} = ${index}" for index, column in enumerate(changes, start=3)]
+    assignments.append("updated_at = clock_timestamp()")
+    row: asyncpg.Record | None = await connection.fetchrow(
+        f"UPDATE {table} SET {', '.join(assignments)} "
+        f"WHERE id = $1 AND workspace_id = $2 RETURNING {returning}",
+        row_id,
+        workspace_id,
+        *changes.values(),
+    )
+    return row
 
 
 async def ping(pool: asyncpg.Pool) -> None:

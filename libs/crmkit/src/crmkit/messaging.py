@@ -23,11 +23,23 @@ from nats.js.api import (
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from crm.events.v1 import events_pb2
+
 log = logging.getLogger("crmkit.nats")
 
 RECORD_EVENTS_STREAM = "CRM_RECORDS"
 RECORD_EVENTS_SUBJECTS = ["crm.records.>"]
 METADATA_SUBJECT_PREFIX = "crm.metadata"
+
+# A record event's action as the word in its subject (and in webhook operations) and as the enum.
+RECORD_ACTIONS: dict[str, events_pb2.RecordAction] = {
+    "created": events_pb2.RECORD_ACTION_CREATED,
+    "updated": events_pb2.RECORD_ACTION_UPDATED,
+    "deleted": events_pb2.RECORD_ACTION_DELETED,
+}
+RECORD_ACTION_NAMES: dict[events_pb2.RecordAction, str] = {
+    code: name for name, code in RECORD_ACTIONS.items()
+}
 
 
 def record_subject(workspace_id: str, object_name: str, action: str) -> str:

@@ -17,7 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from crm.common.v1 import common_pb2
 from crm.events.v1 import events_pb2
-from crmkit.messaging import record_subject
+from crmkit.messaging import RECORD_ACTIONS, record_subject
 from crmkit.telemetry import TRACE_HEADERS
 
 MSG_ID_HEADER = "Nats-Msg-Id"
@@ -32,11 +32,6 @@ OUTBOX_COLUMNS = (
     "occurred_at"
 )
 
-_ACTIONS = {
-    "created": events_pb2.RECORD_ACTION_CREATED,
-    "updated": events_pb2.RECORD_ACTION_UPDATED,
-    "deleted": events_pb2.RECORD_ACTION_DELETED,
-}
 _CAUSES = {
     "write": events_pb2.CHANGE_CAUSE_WRITE,
     "restore": events_pb2.CHANGE_CAUSE_RESTORE,
@@ -93,7 +88,7 @@ def record_event(row: OutboxRow) -> events_pb2.RecordEvent:
         workspace_id=row.workspace_id,
         object=row.object_name,
         object_metadata_id=row.object_metadata_id,
-        action=_ACTIONS[row.action],
+        action=RECORD_ACTIONS[row.action],
         cause=_CAUSES.get(row.cause, events_pb2.CHANGE_CAUSE_UNSPECIFIED),
         record_id=row.record_id,
         record_json=row.record.encode(),

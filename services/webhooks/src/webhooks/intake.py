@@ -31,7 +31,12 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 
 from crm.events.v1 import events_pb2
-from crmkit.messaging import RECORD_EVENTS_STREAM, durable_record_consumer, fetch_batches
+from crmkit.messaging import (
+    RECORD_ACTION_NAMES,
+    RECORD_EVENTS_STREAM,
+    durable_record_consumer,
+    fetch_batches,
+)
 from crmkit.telemetry import TRACE_HEADERS, extract_context, inject_headers, span_recordable
 from webhooks.dispatcher import Claimed, Dispatcher, Room
 from webhooks.metrics import WebhooksMetrics
@@ -43,11 +48,6 @@ _tracer = trace.get_tracer("webhooks.intake")
 
 DURABLE = "webhooks-deliverer"
 BATCH = 256
-_ACTIONS = {
-    events_pb2.RECORD_ACTION_CREATED: "created",
-    events_pb2.RECORD_ACTION_UPDATED: "updated",
-    events_pb2.RECORD_ACTION_DELETED: "deleted",
-}
 
 # $1..$10: the batch as parallel arrays; $11..$16 the dispatcher's room (`Room`). Returns the
 # routing version this statement saw, and one row per delivery queued: leased to this process
@@ -125,7 +125,7 @@ def decode(data: bytes) -> DecodedEvent | None:
         event.ParseFromString(data)
     except Exception:  # protobuf raises DecodeError (a bare Exception subclass)
         return None
-    action = _ACTIONS.get(event.action)
+    action = RECORD_ACTION_NAMES.get(event.action)
     if action is None or not event.id or not event.workspace_id or not event.object:
         return None
     return DecodedEvent(

@@ -6,13 +6,10 @@ import uuid
 from typing import Any
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
 
 from crm.common.v1 import common_pb2
+from crmkit.db import Connection, update_workspace_row
 from crmkit.paging import Page, page_info
-
-# A connection, or the proxy a pool hands out.
-Connection = asyncpg.Connection | PoolConnectionProxy
 
 WEBHOOK_COLUMNS = (
     "id::text, workspace_id::text, target_url, operations, description, is_active, "
@@ -82,16 +79,9 @@ async def update_webhook(
     connection: Connection, workspace_id: str, webhook_id: str, changes: dict[str, Any]
 ) -> asyncpg.Record | None:
     """Apply `changes` (column -> value; columns chosen by the caller, never by input)."""
-    assignments = [f"{column} = ${index}" for index, column in enumerate(changes, start=3)]
-    assignments.append("updated_at = clock_timestamp()")
-    row: asyncpg.Record | None = await connection.fetchrow(
-        f"UPDATE webhooks.webhooks SET {', '.join(assignments)} "
-        f"WHERE id = $1 AND workspace_id = $2 RETURNING {WEBHOOK_COLUMNS}",
-        webhook_id,
-        workspace_id,
-        *changes.values(),
+    return await update_workspace_row(
+        connection, "webhooks.webhooks", WEBHOOK_COLUMNS, webhook_id, workspace_id, changes
     )
-    return row
 
 
 async def fail_pending_deliveries(connection: Connection, webhook_id: str, reason: str) -> int:

@@ -28,7 +28,7 @@ from crm.events.v1 import events_pb2
 from crm.records.v1 import records_pb2 as rp
 from crm.records.v1 import records_pb2_grpc
 from crmkit.filters import referenced_fields
-from crmkit.messaging import durable_record_consumer, fetch_batches
+from crmkit.messaging import RECORD_ACTION_NAMES, durable_record_consumer, fetch_batches
 from crmkit.principal import PrincipalCodec, system_principal
 from crmkit.telemetry import TRACE_HEADERS
 from workflows.definitions import relation_heads
@@ -40,11 +40,6 @@ log = logging.getLogger("workflows.intake")
 
 DURABLE = "workflows-runner"
 BATCH = 256
-_ACTIONS = {
-    events_pb2.RECORD_ACTION_CREATED: "created",
-    events_pb2.RECORD_ACTION_UPDATED: "updated",
-    events_pb2.RECORD_ACTION_DELETED: "deleted",
-}
 
 _TRIGGERS = """
 SELECT id::text, workspace_id::text, trigger_type, object, filter, fields
@@ -76,7 +71,7 @@ def decode(data: bytes) -> tuple[Event, events_pb2.RecordEvent] | None:
         message.ParseFromString(data)
     except Exception:  # protobuf raises DecodeError (a bare Exception subclass)
         return None
-    action = _ACTIONS.get(message.action)
+    action = RECORD_ACTION_NAMES.get(message.action)
     if action is None or not message.id or not message.workspace_id or not message.object:
         return None
     event = Event(

@@ -7,13 +7,11 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
 
 from crm.common.v1 import common_pb2
+from crmkit.db import Connection, update_workspace_row
 from crmkit.paging import Page, page_info
 from workflows.definitions import ActionSpec, TriggerSpec
-
-Connection = asyncpg.Connection | PoolConnectionProxy
 
 WORKFLOW_COLUMNS = (
     "id::text, workspace_id::text, name, status, trigger_type, object, filter, fields, cron, "
@@ -94,16 +92,9 @@ async def update_workflow(
     connection: Connection, workspace_id: str, workflow_id: str, changes: dict[str, Any]
 ) -> asyncpg.Record | None:
     """Apply `changes` (column -> value; columns chosen by the caller, never by input)."""
-    assignments = [f"{column} = ${index}" for index, column in enumerate(changes, start=3)]
-    assignments.append("updated_at = clock_timestamp()")
-    row: asyncpg.Record | None = await connection.fetchrow(
-        f"UPDATE workflows.workflows SET {', '.join(assignments)} "
-        f"WHERE id = $1 AND workspace_id = $2 RETURNING {WORKFLOW_COLUMNS}",
-        workflow_id,
-        workspace_id,
-        *changes.values(),
+    return await update_workspace_row(
+        connection, "workflows.workflows", WORKFLOW_COLUMNS, workflow_id, workspace_id, changes
     )
-    return row
 
 
 async def fail_queued_runs(connection: Connection, workflow_id: str, reason: str) -> None:

@@ -11,14 +11,10 @@ import orjson
 from google.protobuf.message import DecodeError
 
 from crm.events.v1 import events_pb2
+from crmkit.messaging import RECORD_ACTION_NAMES
 
 CREATED, UPDATED, DELETED = "created", "updated", "deleted"
 ACTIONS = (CREATED, UPDATED, DELETED)
-_ACTION_NAMES = {
-    events_pb2.RECORD_ACTION_CREATED: CREATED,
-    events_pb2.RECORD_ACTION_UPDATED: UPDATED,
-    events_pb2.RECORD_ACTION_DELETED: DELETED,
-}
 
 
 class MalformedEvent(ValueError):
@@ -50,7 +46,7 @@ def decode_change(data: bytes, headers: Mapping[str, str] | None = None) -> Reco
         event = events_pb2.RecordEvent.FromString(data)
     except DecodeError as exc:
         raise MalformedEvent(f"not a RecordEvent: {exc}") from None
-    action = _ACTION_NAMES.get(event.action)
+    action = RECORD_ACTION_NAMES.get(event.action)
     if action is None:
         raise MalformedEvent(f"event {event.id}: unknown action {event.action}")
     if not event.workspace_id or not event.object:
