@@ -20,7 +20,6 @@ from crm.identity.v1 import identity_pb2
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.parts import SchemaPart
 from gateway.pagination import page_request
-from gateway.rpc import call
 
 Info = strawberry.Info[GraphQLContext, None]
 
@@ -339,9 +338,7 @@ def _role_permissions(items: list[RolePermissionInput]) -> list[identity_pb2.Rol
 # -- operations ------------------------------------------------------------------------------
 async def _current_user(info: Info) -> CurrentUser:
     context = info.context
-    user = await call(
-        context.state.upstreams.auth.GetCurrentUser, empty_pb2.Empty(), context.grpc_metadata()
-    )
+    user = await context.ask(context.state.upstreams.auth.GetCurrentUser, empty_pb2.Empty())
     return CurrentUser(
         id=uuid.UUID(user.id),
         email=user.email or None,
@@ -359,10 +356,9 @@ async def _workspace_members(
     info: Info, first: int | None = None, after: uuid.UUID | None = None
 ) -> list[WorkspaceMember]:
     context = info.context
-    reply = await call(
+    reply = await context.ask(
         context.state.upstreams.workspaces.ListMembers,
         identity_pb2.ListMembersRequest(page=page_request(first, after)),
-        context.grpc_metadata(),
     )
     return [WorkspaceMember.of(member) for member in reply.members]
 
@@ -371,20 +367,18 @@ async def _roles(
     info: Info, first: int | None = None, after: uuid.UUID | None = None
 ) -> list[Role]:
     context = info.context
-    reply = await call(
+    reply = await context.ask(
         context.state.upstreams.roles.ListRoles,
         identity_pb2.ListRolesRequest(page=page_request(first, after)),
-        context.grpc_metadata(),
     )
     return [Role.of(role) for role in reply.roles]
 
 
 async def _role(info: Info, id: uuid.UUID) -> Role:
     context = info.context
-    role = await call(
+    role = await context.ask(
         context.state.upstreams.roles.GetRole,
         identity_pb2.IdRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return Role.of(role)
 
@@ -393,10 +387,9 @@ async def _api_keys(
     info: Info, first: int | None = None, after: uuid.UUID | None = None
 ) -> list[ApiKey]:
     context = info.context
-    reply = await call(
+    reply = await context.ask(
         context.state.upstreams.credentials.ListApiKeys,
         identity_pb2.ListApiKeysRequest(page=page_request(first, after)),
-        context.grpc_metadata(),
     )
     return [ApiKey.of(key) for key in reply.api_keys]
 
@@ -405,10 +398,9 @@ async def _personal_access_tokens(
     info: Info, first: int | None = None, after: uuid.UUID | None = None
 ) -> list[PersonalAccessToken]:
     context = info.context
-    reply = await call(
+    reply = await context.ask(
         context.state.upstreams.credentials.ListPersonalAccessTokens,
         identity_pb2.ListPersonalAccessTokensRequest(page=page_request(first, after)),
-        context.grpc_metadata(),
     )
     return [PersonalAccessToken.of(token) for token in reply.tokens]
 
@@ -417,17 +409,16 @@ async def _oauth_clients(
     info: Info, first: int | None = None, after: uuid.UUID | None = None
 ) -> list[OAuthClient]:
     context = info.context
-    reply = await call(
+    reply = await context.ask(
         context.state.upstreams.oauth.ListOAuthClients,
         identity_pb2.ListOAuthClientsRequest(page=page_request(first, after)),
-        context.grpc_metadata(),
     )
     return [OAuthClient.of(client) for client in reply.clients]
 
 
 async def _add_workspace_member(info: Info, input: AddWorkspaceMemberInput) -> WorkspaceMember:
     context = info.context
-    member = await call(
+    member = await context.ask(
         context.state.upstreams.workspaces.AddWorkspaceMember,
         identity_pb2.AddWorkspaceMemberRequest(
             email=input.email,
@@ -436,7 +427,6 @@ async def _add_workspace_member(info: Info, input: AddWorkspaceMemberInput) -> W
             last_name=input.last_name,
             role_id=str(input.role_id) if input.role_id else "",
         ),
-        context.grpc_metadata(),
     )
     return WorkspaceMember.of(member)
 
@@ -445,29 +435,27 @@ async def _update_workspace_member_role(
     info: Info, input: UpdateWorkspaceMemberRoleInput
 ) -> WorkspaceMember:
     context = info.context
-    member = await call(
+    member = await context.ask(
         context.state.upstreams.workspaces.UpdateMemberRole,
         identity_pb2.UpdateMemberRoleRequest(
             user_id=str(input.user_id), role_id=str(input.role_id)
         ),
-        context.grpc_metadata(),
     )
     return WorkspaceMember.of(member)
 
 
 async def _remove_workspace_member(info: Info, user_id: uuid.UUID) -> uuid.UUID:
     context = info.context
-    await call(
+    await context.ask(
         context.state.upstreams.workspaces.RemoveMember,
         identity_pb2.RemoveMemberRequest(user_id=str(user_id)),
-        context.grpc_metadata(),
     )
     return user_id
 
 
 async def _create_role(info: Info, input: CreateRoleInput) -> Role:
     context = info.context
-    role = await call(
+    role = await context.ask(
         context.state.upstreams.roles.CreateRole,
         identity_pb2.CreateRoleRequest(
             name=input.name,
@@ -475,7 +463,6 @@ async def _create_role(info: Info, input: CreateRoleInput) -> Role:
             permissions=_role_permissions(input.permissions),
             flags=[_flag_value(flag) for flag in input.flags],
         ),
-        context.grpc_metadata(),
     )
     return Role.of(role)
 
@@ -493,16 +480,15 @@ async def _update_role(info: Info, input: UpdateRoleInput) -> Role:
     if input.flags is not None:
         request.replace_flags = True
         request.flags.extend(_flag_value(flag) for flag in input.flags)
-    role = await call(context.state.upstreams.roles.UpdateRole, request, context.grpc_metadata())
+    role = await context.ask(context.state.upstreams.roles.UpdateRole, request)
     return Role.of(role)
 
 
 async def _delete_role(info: Info, id: uuid.UUID) -> uuid.UUID:
     context = info.context
-    await call(
+    await context.ask(
         context.state.upstreams.roles.DeleteRole,
         identity_pb2.IdRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return id
 
@@ -514,18 +500,15 @@ async def _create_api_key(info: Info, input: CreateApiKeyInput) -> ApiKey:
     )
     if input.expires_at is not None:
         request.expires_at.CopyFrom(_timestamp(input.expires_at))
-    key = await call(
-        context.state.upstreams.credentials.CreateApiKey, request, context.grpc_metadata()
-    )
+    key = await context.ask(context.state.upstreams.credentials.CreateApiKey, request)
     return ApiKey.of(key)
 
 
 async def _delete_api_key(info: Info, id: uuid.UUID) -> uuid.UUID:
     context = info.context
-    await call(
+    await context.ask(
         context.state.upstreams.credentials.DeleteApiKey,
         identity_pb2.IdRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return id
 
@@ -537,27 +520,25 @@ async def _create_personal_access_token(
     request = identity_pb2.CreatePersonalAccessTokenRequest(name=input.name)
     if input.expires_at is not None:
         request.expires_at.CopyFrom(_timestamp(input.expires_at))
-    token = await call(
+    token = await context.ask(
         context.state.upstreams.credentials.CreatePersonalAccessToken,
         request,
-        context.grpc_metadata(),
     )
     return PersonalAccessToken.of(token)
 
 
 async def _delete_personal_access_token(info: Info, id: uuid.UUID) -> uuid.UUID:
     context = info.context
-    await call(
+    await context.ask(
         context.state.upstreams.credentials.DeletePersonalAccessToken,
         identity_pb2.IdRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return id
 
 
 async def _create_oauth_client(info: Info, input: CreateOAuthClientInput) -> OAuthClient:
     context = info.context
-    client = await call(
+    client = await context.ask(
         context.state.upstreams.oauth.CreateOAuthClient,
         identity_pb2.CreateOAuthClientRequest(
             name=input.name,
@@ -565,17 +546,15 @@ async def _create_oauth_client(info: Info, input: CreateOAuthClientInput) -> OAu
             scopes=input.scopes,
             is_public=input.is_public,
         ),
-        context.grpc_metadata(),
     )
     return OAuthClient.of(client)
 
 
 async def _delete_oauth_client(info: Info, id: uuid.UUID) -> uuid.UUID:
     context = info.context
-    await call(
+    await context.ask(
         context.state.upstreams.oauth.DeleteOAuthClient,
         identity_pb2.IdRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return id
 

@@ -11,6 +11,7 @@ from starlette.requests import HTTPConnection
 from crm.common.v1 import common_pb2
 from crmkit.errors import Internal
 from gateway.datamodel.model import DataModel
+from gateway.rpc import call
 from gateway.state import GatewayState
 
 T = TypeVar("T")
@@ -31,6 +32,10 @@ class GraphQLContext:
     def grpc_metadata(self) -> list[tuple[str, str | bytes]]:
         """Metadata for upstream calls on behalf of this request's principal."""
         return self.state.principals.metadata(self.principal)
+
+    async def ask(self, method: Any, request: Any) -> Any:
+        """An upstream call on behalf of this request's principal (gateway.rpc.call)."""
+        return await call(method, request, self.grpc_metadata())
 
     def loader(self, key: Any, create: Callable[[], T]) -> T:
         """The request's loader for `key`, created by `create()` on first use."""

@@ -12,7 +12,6 @@ from strawberry.dataloader import DataLoader
 from crm.common.v1 import common_pb2
 from crm.records.v1 import records_pb2
 from gateway.graphql.context import GraphQLContext
-from gateway.rpc import call
 
 Record = dict[str, Any]
 
@@ -28,9 +27,7 @@ def records_by_id(context: GraphQLContext, object_name: str) -> DataLoader[str, 
         request = records_pb2.GetRecordsByIdsRequest(
             ref=object_ref(context, object_name), ids=list(dict.fromkeys(ids))
         )
-        response = await call(
-            context.state.upstreams.records.GetRecordsByIds, request, context.grpc_metadata()
-        )
+        response = await context.ask(context.state.upstreams.records.GetRecordsByIds, request)
         found = {record["id"]: record for record in orjson.loads(response.records_json)}
         return [found.get(record_id) for record_id in ids]
 
@@ -68,9 +65,7 @@ def related(
             order_by=list(order_by),
             filter=flt,
         )
-        response = await call(
-            context.state.upstreams.records.ListRelated, request, context.grpc_metadata()
-        )
+        response = await context.ask(context.state.upstreams.records.ListRelated, request)
         groups = {group.parent_id: group for group in response.groups}
         return [groups.get(parent_id) for parent_id in parent_ids]
 

@@ -23,7 +23,6 @@ from gateway.graphql.context import GraphQLContext
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import SchemaPart
 from gateway.pagination import page_info_json, page_request
-from gateway.rpc import call
 
 
 @strawberry.enum(name="FieldType", description="Type of a field (decides its column).")
@@ -327,9 +326,7 @@ def _context(info: strawberry.Info) -> GraphQLContext:
 
 async def _metadata_call(info: strawberry.Info, method: str, request: Any) -> Any:
     context = _context(info)
-    return await call(
-        getattr(context.state.upstreams.metadata, method), request, context.grpc_metadata()
-    )
+    return await context.ask(getattr(context.state.upstreams.metadata, method), request)
 
 
 def _changed(info: strawberry.Info) -> None:

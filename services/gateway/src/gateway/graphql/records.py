@@ -19,7 +19,6 @@ from gateway.graphql.context import GraphQLContext
 from gateway.graphql.inputs import order_by, parse_graphql_filter, record_json
 from gateway.graphql.selection import selected_names
 from gateway.pagination import page_info_json, page_size
-from gateway.rpc import call
 
 Record = dict[str, Any]
 # Children fetched per parent for a one-to-many field when `first` is not given.
@@ -62,7 +61,7 @@ class RecordOperations:
     async def _call(self, info: strawberry.Info, method: str, request: Any) -> Any:
         context = _context(info)
         stub = context.state.upstreams.records
-        return await call(getattr(stub, method), request, context.grpc_metadata())
+        return await context.ask(getattr(stub, method), request)
 
     # -- queries ------------------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ from gateway.graphql.context import GraphQLContext
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import SchemaPart
 from gateway.pagination import page_request
-from gateway.rpc import call
 
 Info = strawberry.Info[GraphQLContext, None]
 
@@ -181,20 +180,18 @@ async def _webhooks(
     info: Info, first: int | None = None, after: uuid.UUID | None = None
 ) -> list[Webhook]:
     context = info.context
-    reply = await call(
+    reply = await context.ask(
         context.state.upstreams.webhooks.ListWebhooks,
         wh.ListWebhooksRequest(page=page_request(first, after)),
-        context.grpc_metadata(),
     )
     return [Webhook.of(webhook) for webhook in reply.webhooks]
 
 
 async def _webhook(info: Info, id: uuid.UUID) -> Webhook:
     context = info.context
-    webhook = await call(
+    webhook = await context.ask(
         context.state.upstreams.webhooks.GetWebhook,
         wh.GetWebhookRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return Webhook.of(webhook)
 
@@ -207,14 +204,13 @@ async def _webhook_deliveries(
     after: str | None = None,
 ) -> WebhookDeliveryConnection:
     context = info.context
-    reply = await call(
+    reply = await context.ask(
         context.state.upstreams.webhooks.ListDeliveries,
         wh.ListDeliveriesRequest(
             webhook_id=str(webhook_id),
             status=_STATUS_VALUES[status] if status else wh.DELIVERY_STATUS_UNSPECIFIED,
             page=page_request(first, after),
         ),
-        context.grpc_metadata(),
     )
     page = reply.page_info
     return WebhookDeliveryConnection(
@@ -228,14 +224,13 @@ async def _webhook_deliveries(
 
 async def _create_webhook(info: Info, input: CreateWebhookInput) -> Webhook:
     context = info.context
-    webhook = await call(
+    webhook = await context.ask(
         context.state.upstreams.webhooks.CreateWebhook,
         wh.CreateWebhookRequest(
             target_url=input.target_url,
             operations=input.operations,
             description=input.description,
         ),
-        context.grpc_metadata(),
     )
     return Webhook.of(webhook)
 
@@ -252,38 +247,33 @@ async def _update_webhook(info: Info, input: UpdateWebhookInput) -> Webhook:
         request.target_url = input.target_url
     if input.is_active is not None:
         request.is_active = input.is_active
-    webhook = await call(
-        context.state.upstreams.webhooks.UpdateWebhook, request, context.grpc_metadata()
-    )
+    webhook = await context.ask(context.state.upstreams.webhooks.UpdateWebhook, request)
     return Webhook.of(webhook)
 
 
 async def _delete_webhook(info: Info, id: uuid.UUID) -> uuid.UUID:
     context = info.context
-    await call(
+    await context.ask(
         context.state.upstreams.webhooks.DeleteWebhook,
         wh.DeleteWebhookRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return id
 
 
 async def _rotate_webhook_secret(info: Info, id: uuid.UUID) -> Webhook:
     context = info.context
-    webhook = await call(
+    webhook = await context.ask(
         context.state.upstreams.webhooks.RotateWebhookSecret,
         wh.RotateWebhookSecretRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return Webhook.of(webhook)
 
 
 async def _redeliver_webhook_event(info: Info, delivery_id: uuid.UUID) -> WebhookDelivery:
     context = info.context
-    delivery = await call(
+    delivery = await context.ask(
         context.state.upstreams.webhooks.RedeliverEvent,
         wh.RedeliverRequest(delivery_id=str(delivery_id)),
-        context.grpc_metadata(),
     )
     return WebhookDelivery.of(delivery)
 

@@ -24,7 +24,6 @@ from gateway.graphql.context import GraphQLContext
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import SchemaPart
 from gateway.pagination import page_request
-from gateway.rpc import call
 
 Info = strawberry.Info[GraphQLContext, None]
 
@@ -315,23 +314,21 @@ async def _workflows(
     after: uuid.UUID | None = None,
 ) -> list[Workflow]:
     context = info.context
-    reply = await call(
+    reply = await context.ask(
         context.state.upstreams.workflows.ListWorkflows,
         wf.ListWorkflowsRequest(
             page=page_request(first, after),
             status=_STATUS[status] if status else wf.WORKFLOW_STATUS_UNSPECIFIED,
         ),
-        context.grpc_metadata(),
     )
     return [Workflow.of(workflow) for workflow in reply.workflows]
 
 
 async def _workflow(info: Info, id: uuid.UUID) -> Workflow:
     context = info.context
-    workflow = await call(
+    workflow = await context.ask(
         context.state.upstreams.workflows.GetWorkflow,
         wf.GetWorkflowRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return Workflow.of(workflow)
 
@@ -344,14 +341,13 @@ async def _workflow_runs(
     after: str | None = None,
 ) -> WorkflowRunConnection:
     context = info.context
-    reply = await call(
+    reply = await context.ask(
         context.state.upstreams.workflows.ListWorkflowRuns,
         wf.ListWorkflowRunsRequest(
             workflow_id=str(workflow_id),
             status=_RUN_STATUS[status] if status else wf.RUN_STATUS_UNSPECIFIED,
             page=page_request(first, after),
         ),
-        context.grpc_metadata(),
     )
     page = reply.page_info
     return WorkflowRunConnection(
@@ -362,12 +358,11 @@ async def _workflow_runs(
 
 async def _create_workflow(info: Info, input: CreateWorkflowInput) -> Workflow:
     context = info.context
-    workflow = await call(
+    workflow = await context.ask(
         context.state.upstreams.workflows.CreateWorkflow,
         wf.CreateWorkflowRequest(
             name=input.name, trigger=_trigger(input.trigger), action=_action(input.action)
         ),
-        context.grpc_metadata(),
     )
     return Workflow.of(workflow)
 
@@ -381,48 +376,42 @@ async def _update_workflow(info: Info, input: UpdateWorkflowInput) -> Workflow:
         request.trigger.CopyFrom(_trigger(input.trigger))
     if input.action is not None:
         request.action.CopyFrom(_action(input.action))
-    workflow = await call(
-        context.state.upstreams.workflows.UpdateWorkflow, request, context.grpc_metadata()
-    )
+    workflow = await context.ask(context.state.upstreams.workflows.UpdateWorkflow, request)
     return Workflow.of(workflow)
 
 
 async def _delete_workflow(info: Info, id: uuid.UUID) -> uuid.UUID:
     context = info.context
-    await call(
+    await context.ask(
         context.state.upstreams.workflows.DeleteWorkflow,
         wf.DeleteWorkflowRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return id
 
 
 async def _activate_workflow(info: Info, id: uuid.UUID) -> Workflow:
     context = info.context
-    workflow = await call(
+    workflow = await context.ask(
         context.state.upstreams.workflows.ActivateWorkflow,
         wf.SetWorkflowStatusRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return Workflow.of(workflow)
 
 
 async def _deactivate_workflow(info: Info, id: uuid.UUID) -> Workflow:
     context = info.context
-    workflow = await call(
+    workflow = await context.ask(
         context.state.upstreams.workflows.DeactivateWorkflow,
         wf.SetWorkflowStatusRequest(id=str(id)),
-        context.grpc_metadata(),
     )
     return Workflow.of(workflow)
 
 
 async def _test_workflow(info: Info, id: uuid.UUID, record: JSON | None = None) -> WorkflowRun:
     context = info.context
-    run = await call(
+    run = await context.ask(
         context.state.upstreams.workflows.TestWorkflow,
         wf.TestWorkflowRequest(id=str(id), record_json=_dump(record)),
-        context.grpc_metadata(),
     )
     return WorkflowRun.of(run)
 
