@@ -7,10 +7,11 @@ Postgres advisory lock so several replicas or a Job can run it at once safely.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -216,6 +217,23 @@ async def migrate(dsn: str, schema: str, package: str) -> list[str]:
 # A connection of its own or one acquired from a pool: what a store's functions accept.
 Connection = asyncpg.Connection | PoolConnectionProxy
 
+# What a statement raises while PostgreSQL is down, restarting or refusing it.
+DATABASE_UNAVAILABLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+async def retry_while_unavailable(
+    attempt: Callable[[], Awaitable[T]], failure: str, logger: logging.Logger
+) -> T:
+    """`attempt()`, again every second while the database fails it: work that must not be
+    dropped (an unacknowledged event, an outcome under a lease) waits out a PostgreSQL restart.
+    `failure` names it in the warning logged for each failed try."""
+    while True:
+        try:
+            return await attempt()
+        except DATABASE_UNAVAILABLE as exc:
+            logger.warning("%s, retrying: %s", failure, exc)
+            await asyncio.sleep(1)
+
 
 async def update_workspace_row(
     connection: Connection,
@@ -237,6 +255,16 @@ async def update_workspace_row(
         *changes.values(),
     )
     return row
+
+
+async def delete_workspace_row(
+    pool: asyncpg.Pool, table: str, row_id: str, workspace_id: str
+) -> bool:
+    """Delete the row `row_id` of `table` in `workspace_id`; False when there was none."""
+    status = await pool.execute(
+        f"DELETE FROM {table} WHERE id = $1 AND workspace_id = $2", row_id, workspace_id
+    )
+    return bool(status == "DELETE 1")
 
 
 async def ping(pool: asyncpg.Pool) -> None:

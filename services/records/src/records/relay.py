@@ -31,6 +31,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NoStreamResponseError
 from opentelemetry import trace
 
+from crmkit.db import DATABASE_UNAVAILABLE
 from crmkit.messaging import RECORD_EVENTS_STREAM, ensure_record_stream
 from crmkit.telemetry import extract_context, inject_headers
 from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, message_of, waves
@@ -96,7 +97,7 @@ class OutboxRelay:
                     finally:
                         keeper.cancel()
                         await asyncio.gather(keeper, return_exceptions=True)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_UNAVAILABLE as exc:
                 log.warning("outbox relay lost its database connection: %s", exc)
             finally:
                 self._metrics.relay_active.set(0)
@@ -220,7 +221,7 @@ class OutboxRelay:
                 while True:
                     await self._housekeeping(connection)
                     await asyncio.sleep(_GAUGE_SECONDS)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_UNAVAILABLE as exc:
                 log.warning("outbox housekeeping lost its database connection: %s", exc)
             finally:
                 if connection is not None:

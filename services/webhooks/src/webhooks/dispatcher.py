@@ -27,6 +27,7 @@ with the event); the request carries the trace on in `traceparent`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -41,6 +42,7 @@ import orjson
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from crmkit.db import retry_while_unavailable
 from crmkit.http_send import HttpAttempt
 from crmkit.retries import next_step, wait_until_due
 from crmkit.telemetry import extract_context, span_recordable
@@ -248,11 +250,7 @@ class Dispatcher:
         writer = asyncio.create_task(self._write_outcomes(), name="webhook-outcomes")
         try:
             while True:
-                try:
-                    await self._round()
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    log.warning("dispatch round failed, retrying: %s", exc)
-                    await asyncio.sleep(1)
+                await retry_while_unavailable(self._round, "dispatch round failed", log)
         finally:
             writer.cancel()
             for task in list(self._tasks):
@@ -392,14 +390,10 @@ class Dispatcher:
                 await asyncio.sleep(_FLUSH_LINGER_SECONDS)
             while len(batch) < _FLUSH_BATCH and not self._outcomes.empty():
                 batch.append(self._outcomes.get_nowait())
-            while True:
-                try:
-                    await self._record(batch)
-                    break
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    # The leases outlive this; if the process dies first the attempts repeat.
-                    log.warning("cannot record delivery outcomes, retrying: %s", exc)
-                    await asyncio.sleep(1)
+            # The leases outlive the retries; if the process dies first the attempts repeat.
+            await retry_while_unavailable(
+                functools.partial(self._record, batch), "cannot record delivery outcomes", log
+            )
             for item in batch:
                 self._metrics.attempts.labels(item.outcome).inc()
 

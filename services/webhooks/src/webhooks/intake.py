@@ -17,7 +17,6 @@ context is stored with the event, so the delivery attempts continue the same tra
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, replace
@@ -31,6 +30,7 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 
 from crm.events.v1 import events_pb2
+from crmkit.db import retry_while_unavailable
 from crmkit.messaging import (
     RECORD_ACTION_NAMES,
     RECORD_EVENTS_STREAM,
@@ -194,14 +194,10 @@ class Intake:
     async def _store_all(self, events: list[DecodedEvent]) -> None:
         if not events:
             return
-        while True:
-            try:
-                queued = await self._route(events)
-                break
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                # Not acknowledged: keep trying; JetStream resends after ack_wait anyway.
-                log.warning("cannot store events, retrying: %s", exc)
-                await asyncio.sleep(1)
+        # Not acknowledged meanwhile: JetStream would resend them after ack_wait anyway.
+        queued = await retry_while_unavailable(
+            lambda: self._route(events), "cannot store events", log
+        )
         self._metrics.events.inc(len(events))
         if queued:
             self._metrics.deliveries_queued.inc(queued)

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 
 from crm.common.v1 import common_pb2
-from crmkit.db import Connection, update_workspace_row
+from crmkit.db import Connection, delete_workspace_row, update_workspace_row
 from crmkit.paging import Page, page_info
 
 WEBHOOK_COLUMNS = (
@@ -96,12 +96,7 @@ async def fail_pending_deliveries(connection: Connection, webhook_id: str, reaso
 
 
 async def delete_webhook(pool: asyncpg.Pool, workspace_id: str, webhook_id: str) -> bool:
-    status = await pool.execute(
-        "DELETE FROM webhooks.webhooks WHERE id = $1 AND workspace_id = $2",
-        webhook_id,
-        workspace_id,
-    )
-    return bool(status == "DELETE 1")
+    return await delete_workspace_row(pool, "webhooks.webhooks", webhook_id, workspace_id)
 
 
 # -- deliveries --------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ trace of the write that caused it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -27,6 +26,7 @@ from nats.aio.msg import Msg
 from crm.events.v1 import events_pb2
 from crm.records.v1 import records_pb2 as rp
 from crm.records.v1 import records_pb2_grpc
+from crmkit.db import retry_while_unavailable
 from crmkit.filters import referenced_fields
 from crmkit.messaging import RECORD_ACTION_NAMES, durable_record_consumer, fetch_batches
 from crmkit.principal import PrincipalCodec, system_principal
@@ -146,16 +146,12 @@ class Intake:
                 log.warning("skipping a message that is not a record event: %s", message.subject)
             else:
                 decoded.append((*found, message))
-        while decoded:
-            try:
-                queued = await self._queue(decoded)
-                break
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                # Not acknowledged: keep trying; JetStream resends after ack_wait anyway.
-                log.warning("cannot queue runs, retrying: %s", exc)
-                await asyncio.sleep(1)
-        else:
-            queued = 0
+        # Not acknowledged meanwhile: JetStream would resend them after ack_wait anyway.
+        queued = (
+            await retry_while_unavailable(lambda: self._queue(decoded), "cannot queue runs", log)
+            if decoded
+            else 0
+        )
         self._metrics.events.inc(len(decoded))
         if queued:
             self._metrics.runs_queued.labels("record").inc(queued)

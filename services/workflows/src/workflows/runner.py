@@ -21,6 +21,7 @@ from typing import Any
 
 import asyncpg
 
+from crmkit.db import retry_while_unavailable
 from crmkit.retries import next_step, wait_until_due
 from workflows.execution import Action, Executor, Report
 from workflows.metrics import WorkflowsMetrics
@@ -152,11 +153,7 @@ class Runner:
     async def run(self) -> None:
         try:
             while True:
-                try:
-                    await self._round()
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                    log.warning("runner round failed, retrying: %s", exc)
-                    await asyncio.sleep(1)
+                await retry_while_unavailable(self._round, "runner round failed", log)
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -235,14 +232,12 @@ class Runner:
                     "next": f"retry in {retry_in:g} s" if outcome == "retry" else "failed",
                 },
             )
-        while True:
-            try:
-                await record_outcome(self._pool, run.id, run.lease, outcome, retry_in, report)
-                break
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                # The lease outlives this; if the process dies first the attempt repeats.
-                log.warning("cannot record a run's outcome, retrying: %s", exc)
-                await asyncio.sleep(1)
+        # The lease outlives the retries; if the process dies first the attempt repeats.
+        await retry_while_unavailable(
+            lambda: record_outcome(self._pool, run.id, run.lease, outcome, retry_in, report),
+            "cannot record a run's outcome",
+            log,
+        )
         self._metrics.runs.labels(outcome).inc()
 
     async def _prune(self) -> None:

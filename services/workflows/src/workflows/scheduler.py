@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 import asyncpg
 
+from crmkit.db import retry_while_unavailable
 from workflows import schedule
 from workflows.metrics import WorkflowsMetrics
 
@@ -67,12 +68,7 @@ class Scheduler:
 
     async def run(self) -> None:
         while True:
-            try:
-                queued = await self._round()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("scheduler round failed, retrying: %s", exc)
-                await asyncio.sleep(1)
-                continue
+            queued = await retry_while_unavailable(self._round, "scheduler round failed", log)
             if queued:
                 self._metrics.runs_queued.labels("scheduled").inc(queued)
                 self._on_queued()

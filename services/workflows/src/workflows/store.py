@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 
 from crm.common.v1 import common_pb2
-from crmkit.db import Connection, update_workspace_row
+from crmkit.db import Connection, delete_workspace_row, update_workspace_row
 from crmkit.paging import Page, page_info
 from workflows.definitions import ActionSpec, TriggerSpec
 
@@ -109,12 +109,7 @@ async def fail_queued_runs(connection: Connection, workflow_id: str, reason: str
 
 
 async def delete_workflow(pool: asyncpg.Pool, workspace_id: str, workflow_id: str) -> bool:
-    status = await pool.execute(
-        "DELETE FROM workflows.workflows WHERE id = $1 AND workspace_id = $2",
-        workflow_id,
-        workspace_id,
-    )
-    return bool(status == "DELETE 1")
+    return await delete_workspace_row(pool, "workflows.workflows", workflow_id, workspace_id)
 
 
 # -- runs ----------------------------------------------------------------------------------------
