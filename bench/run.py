@@ -209,6 +209,8 @@ async def run_workloads(
             flush=True,
         )
         ctx.seed, seed_row = await seeding.seed(ctx.base_url, sizes)
+        if ctx.database_url:
+            await seeding.analyze(ctx.database_url, ctx.seed.schema)
         seed_row.module = "bench.seed"
         results.append(seed_row)
     for workload in wanted:
