@@ -128,6 +128,16 @@ def test_filters_order_and_pages(api: Api) -> None:
     assert second["pageInfo"]["hasPreviousPage"] is True
     limited = api.data("{ people(limit: 2) { edges { node { id } } } }")["people"]["edges"]
     assert len(limited) == 2
+    without_edge_cursors = api.data(
+        "{ people(orderBy: {firstName: ASC}, first: 3) "
+        "{ edges { node { firstName } } pageInfo { endCursor } } }"
+    )["people"]
+    assert [e["node"]["firstName"] for e in without_edge_cursors["edges"]] == [
+        "Ada",
+        "Alan",
+        "Grace",
+    ]
+    assert without_edge_cursors["pageInfo"]["endCursor"] == first["pageInfo"]["endCursor"]
 
 
 def test_select_currency_and_aggregates(api: Api) -> None:

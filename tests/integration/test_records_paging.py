@@ -10,7 +10,7 @@ import pytest
 
 from crm.common.v1 import common_pb2
 from crmstack.stack import Stack
-from tests.integration.records_client import Workspace, error_of, provision
+from tests.integration.records_client import Workspace, cond, error_of, provision
 
 ASC, DESC = common_pb2.SORT_DIRECTION_ASC, common_pb2.SORT_DIRECTION_DESC
 
@@ -82,6 +82,42 @@ def test_cursors_are_one_per_record(ws: Workspace) -> None:
     assert len(response.cursors) == len(rows) == 3
     assert response.page_info.end_cursor == response.cursors[-1]
     assert response.page_info.has_next_page
+
+
+@pytest.mark.parametrize("size", [{"first": 4}, {"last": 4}], ids=["forward", "backward"])
+def test_page_cursors_only_gives_the_same_page_without_a_cursor_per_record(
+    ws: Workspace, size: dict[str, int]
+) -> None:
+    order_by = order(("employees", DESC))
+    rows, full = ws.list("company", order_by=order_by, **size)
+    bounded_rows, bounded = ws.list("company", order_by=order_by, page_cursors_only=True, **size)
+    assert bounded_rows == rows
+    assert list(bounded.cursors) == []
+    assert bounded.page_info == full.page_info
+    assert bounded.page_info.start_cursor == full.cursors[0]
+    assert bounded.page_info.end_cursor == full.cursors[-1]
+
+
+def test_page_cursors_only_pages_cover_every_record_once(ws: Workspace) -> None:
+    order_by = order(("city", ASC), ("employees", DESC))
+    seen = [
+        row["id"]
+        for row in ws.list_all("company", page=4, order_by=order_by, page_cursors_only=True)
+    ]
+    assert seen == expected(ws, [("city", False), ("employees", True)])
+
+
+def test_page_cursors_only_with_one_record_and_with_none(ws: Workspace) -> None:
+    one, response = ws.list("company", first=1, page_cursors_only=True)
+    assert len(one) == 1
+    assert response.page_info.start_cursor == response.page_info.end_cursor != ""
+    none, empty = ws.list(
+        "company",
+        filter=cond("name", common_pb2.FILTER_OPERATOR_EQ, "nobody"),
+        page_cursors_only=True,
+    )
+    assert none == []
+    assert empty.page_info.start_cursor == empty.page_info.end_cursor == ""
 
 
 @pytest.mark.parametrize("cursor", ["garbage!!", "eyJhIjoxfQ", "WyJpZDpBIiwgWzFdXQ"])

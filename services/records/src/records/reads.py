@@ -243,13 +243,15 @@ async def list_records(
     rows = rows[:size]
     if backward:
         rows.reverse()
-    cursors = [ordering.encode_cursor(order, list(row[1:])) for row in rows]
+    cursor_rows = [rows[0], rows[-1]] if request.page_cursors_only and rows else rows
+    encoded = [ordering.encode_cursor(order, list(row[1:])) for row in cursor_rows]
     info = common_pb2.PageInfo(
         has_next_page=bool(request.before) if backward else more,
         has_previous_page=more if backward else bool(request.after),
-        start_cursor=cursors[0] if cursors else "",
-        end_cursor=cursors[-1] if cursors else "",
+        start_cursor=encoded[0] if encoded else "",
+        end_cursor=encoded[-1] if encoded else "",
     )
+    cursors = [] if request.page_cursors_only else encoded
     total = 0
     if request.with_total_count:
         total = await connection.fetchval(

@@ -4,6 +4,7 @@ records service (relations through the request's DataLoaders), records kept as J
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import zip_longest
 from typing import Any
 
 import orjson
@@ -35,10 +36,10 @@ def _given(value: Any) -> Any:
 
 
 def connection(records: list[Record], cursors: Sequence[str], page_info: dict[str, Any]) -> Record:
+    """The connection of a page; `cursors` is empty when the query selects no edge cursor."""
     return {
         "edges": [
-            {"node": record, "cursor": cursor}
-            for record, cursor in zip(records, cursors, strict=False)
+            {"node": record, "cursor": cursor} for record, cursor in zip_longest(records, cursors)
         ],
         "pageInfo": page_info,
     }
@@ -98,6 +99,7 @@ class RecordOperations:
             before=_given(before) or "",
             depth=self._depth(node_fields),
             with_total_count="totalCount" in selected_names(info.selected_fields),
+            page_cursors_only="cursor" not in selected_names(info.selected_fields, "edges"),
         )
         response = await self._call(info, "ListRecords", request)
         result = connection(

@@ -170,6 +170,7 @@ async def list_records(request: Request) -> Response:
             after=params.after,
             fields=params.fields,
             depth=params.depth,
+            page_cursors_only=True,
         ),
     )
     return _json(_list_body(response))
