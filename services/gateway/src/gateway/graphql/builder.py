@@ -20,7 +20,7 @@ import inspect
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +69,7 @@ _TYPE_SUFFIXES = (
     "AggregateValues",
 )
 
-Resolver = Callable[..., Awaitable[Any]]
+Resolver = Callable[..., Any]  # a value, or an awaitable of it
 
 
 def pascal(name: str) -> str:
@@ -161,11 +161,18 @@ def _resolver(
     *,
     with_root: bool = False,
 ) -> Resolver:
-    """A resolver Strawberry can read: an explicit signature carries the generated types."""
+    """A resolver Strawberry can read: an explicit signature carries the generated types.
+    It is a coroutine function when `implementation` is one."""
 
-    async def resolve(*args: Any, **kwargs: Any) -> Any:
+    async def resolve_async(*args: Any, **kwargs: Any) -> Any:
         return await implementation(*args, **kwargs)
 
+    def resolve_sync(*args: Any, **kwargs: Any) -> Any:
+        return implementation(*args, **kwargs)
+
+    resolve: Callable[..., Any] = (
+        resolve_async if inspect.iscoroutinefunction(implementation) else resolve_sync
+    )
     positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
     parameters = [inspect.Parameter("root", positional)] if with_root else []
     parameters.append(inspect.Parameter("info", positional, annotation=strawberry.Info))
@@ -591,8 +598,8 @@ class SchemaBuilder:
 
 
 def _many_to_one(f: FieldModel) -> Resolver:
-    async def resolve(root: Any, info: strawberry.Info) -> Any:
-        return await resolve_many_to_one(root, info, f)
+    def resolve(root: Any, info: strawberry.Info) -> Any:
+        return resolve_many_to_one(root, info, f)
 
     return resolve
 

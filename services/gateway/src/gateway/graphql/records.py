@@ -222,17 +222,19 @@ def aggregate_result(raw: Any) -> Record:
     return result
 
 
-async def resolve_many_to_one(root: Record, info: strawberry.Info, field: FieldModel) -> Any:
+def resolve_many_to_one(root: Record, info: strawberry.Info, field: FieldModel) -> Any:
     """The related record: nested by the records service when it was asked for depth 1,
-    otherwise loaded with every other parent's in one GetRecordsByIds."""
+    otherwise loaded with every other parent's in one GetRecordsByIds.
+
+    Not a coroutine: graphql-core awaits the loader's future when one is returned, and nested
+    records (the usual case) then complete a page without a coroutine per node."""
     nested = root.get(field.name)
     if isinstance(nested, dict):
         return nested
     related_id = root.get(field.foreign_key)
     if not related_id:
         return None
-    loader = loaders.records_by_id(_context(info), field.target)
-    return await loader.load(str(related_id))
+    return loaders.records_by_id(_context(info), field.target).load(str(related_id))
 
 
 async def resolve_one_to_many(
