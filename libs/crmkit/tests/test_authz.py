@@ -90,3 +90,19 @@ def test_flags() -> None:
     require_flag(ADMIN, common_pb2.FLAG_API_KEYS_AND_WEBHOOKS)
     with pytest.raises(PermissionDenied, match="API_KEYS_AND_WEBHOOKS"):
         require_flag(MEMBER, common_pb2.FLAG_API_KEYS_AND_WEBHOOKS)
+
+
+@pytest.mark.parametrize(("scopes", "allowed"), [(["read:person"], False), (["*"], True)])
+def test_a_flag_needs_the_full_scope_for_oauth_tokens(scopes: list[str], allowed: bool) -> None:
+    token = common_pb2.Principal(
+        workspace_id="ws",
+        kind=common_pb2.PRINCIPAL_KIND_OAUTH,
+        permissions=ADMIN.permissions,
+        flags=ADMIN.flags,
+        scopes=scopes,
+    )
+    if allowed:
+        require_flag(token, common_pb2.FLAG_API_KEYS_AND_WEBHOOKS)
+    else:
+        with pytest.raises(PermissionDenied, match=r"\* scope"):
+            require_flag(token, common_pb2.FLAG_API_KEYS_AND_WEBHOOKS)
