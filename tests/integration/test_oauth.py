@@ -534,3 +534,58 @@ def test_client_registration_is_validated(
     response = graphql(client, admin.access_token, CREATE_CLIENT, {"input": payload})
     error = response.json()["errors"][0]
     assert error["extensions"] == {"code": "BAD_USER_INPUT", "field": field}
+
+
+def test_a_scoped_token_manages_no_webhooks_workflows_or_data_model(
+    client: httpx.Client, base_url: str
+) -> None:
+    """Only the `*` scope reaches beyond records, whatever the user's role allows."""
+    admin = signup(client)
+    registered = _register(client, admin, ["https://app.example.com/cb"], ["read:person", "*"])
+    verifier = generate_token(64)
+    code = _code(client, base_url, registered, verifier, "read:person")
+    exchanged = _exchange(client, registered, code, verifier)
+    assert exchanged.status_code == 200, exchanged.text
+    token = exchanged.json()["access_token"]
+    graphql_data(client, token, "{ people(first: 1) { edges { node { id } } } }")
+    webhook = (
+        "mutation($i: CreateWebhookInput!) { createWebhook(input: $i) { id } }",
+        {"i": {"targetUrl": "http://127.0.0.1:9/hook", "operations": ["*.*"]}},
+        "/graphql",
+    )
+    attempts = [
+        webhook,
+        ("{ webhooks { id } }", None, "/graphql"),
+        (
+            "mutation($i: CreateWorkflowInput!) { createWorkflow(input: $i) { id } }",
+            {
+                "i": {
+                    "name": "leak",
+                    "trigger": {"type": "RECORD_CREATED", "object": "person"},
+                    "action": {"url": "http://127.0.0.1:9/flow", "body": "{{id}}"},
+                }
+            },
+            "/graphql",
+        ),
+        (
+            "mutation($i: CreateObjectInput!) { createObject(input: $i) { id } }",
+            {
+                "i": {
+                    "nameSingular": "gadget",
+                    "namePlural": "gadgets",
+                    "labelSingular": "Gadget",
+                    "labelPlural": "Gadgets",
+                }
+            },
+            "/metadata",
+        ),
+    ]
+    for query, variables, path in attempts:
+        body = graphql(client, token, query, variables, path=path).json()
+        assert body["errors"][0]["extensions"]["code"] == "FORBIDDEN", (query, body)
+        assert "* scope" in body["errors"][0]["message"]
+    assert graphql_data(client, admin.access_token, "{ webhooks { id } }")["webhooks"] == []
+    # The same user with `*` may: the refusals above are the scope's, not the role's.
+    code = _code(client, base_url, registered, verifier, "*")
+    full = _exchange(client, registered, code, verifier).json()["access_token"]
+    graphql_data(client, full, webhook[0], webhook[1])

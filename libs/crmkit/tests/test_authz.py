@@ -9,6 +9,7 @@ from crmkit.authz import (
     WRITE,
     object_access,
     require_flag,
+    require_full_read,
     require_object_access,
 )
 from crmkit.errors import PermissionDenied
@@ -90,3 +91,32 @@ def test_flags() -> None:
     require_flag(ADMIN, common_pb2.FLAG_API_KEYS_AND_WEBHOOKS)
     with pytest.raises(PermissionDenied, match="API_KEYS_AND_WEBHOOKS"):
         require_flag(MEMBER, common_pb2.FLAG_API_KEYS_AND_WEBHOOKS)
+
+
+@pytest.mark.parametrize(("scopes", "allowed"), [(["read:person"], False), (["*"], True)])
+def test_a_flag_needs_the_full_scope_for_oauth_tokens(scopes: list[str], allowed: bool) -> None:
+    token = common_pb2.Principal(
+        workspace_id="ws",
+        kind=common_pb2.PRINCIPAL_KIND_OAUTH,
+        permissions=ADMIN.permissions,
+        flags=ADMIN.flags,
+        scopes=scopes,
+    )
+    if allowed:
+        require_flag(token, common_pb2.FLAG_API_KEYS_AND_WEBHOOKS)
+    else:
+        with pytest.raises(PermissionDenied, match=r"\* scope"):
+            require_flag(token, common_pb2.FLAG_API_KEYS_AND_WEBHOOKS)
+
+
+def test_full_read_needs_every_record_and_a_wildcard_needs_every_object() -> None:
+    require_full_read(ADMIN, "person")
+    require_full_read(ADMIN, "*")
+    with pytest.raises(PermissionDenied, match="READ on every record of person"):
+        require_full_read(MEMBER, "person")
+    people_reader = _principal(
+        permissions=[common_pb2.ObjectPermission(object="person", actions=[READ])]
+    )
+    require_full_read(people_reader, "person")
+    with pytest.raises(PermissionDenied, match="every object"):
+        require_full_read(people_reader, "*")

@@ -246,3 +246,24 @@ def test_workflow_origin_header_is_bound_to_its_workspace() -> None:
     assert origin.workflow_of(value.replace("wf-1", "wf-2"), "ws-1") is None
     assert WorkflowOrigin("another app secret value").workflow_of(value, "ws-1") is None
     assert origin.workflow_of("garbage", "ws-1") is None
+
+
+def test_read_objects_are_the_trigger_object_and_the_relations_followed() -> None:
+    def objects(trigger: wf.Trigger, body: str) -> list[str]:
+        return definitions.read_objects(
+            definitions.read_trigger(trigger),
+            definitions.read_action(wf.HttpAction(url="https://x.example.com", body=body)),
+            _schema(),
+        )
+
+    created = wf.Trigger(type=wf.TRIGGER_TYPE_RECORD_CREATED, object="opportunity")
+    assert objects(created, '{"n": "{{name}}", "c": "{{companyId}}"}') == ["opportunity"]
+    assert objects(created, '{"c": "{{company.name}}"}') == ["company", "opportunity"]
+    filtered = wf.Trigger(
+        type=wf.TRIGGER_TYPE_RECORD_CREATED,
+        object="opportunity",
+        filter_json=b'{"company.name": {"eq": "Acme"}}',
+    )
+    assert objects(filtered, "{{name}}") == ["company", "opportunity"]
+    scheduled = wf.Trigger(type=wf.TRIGGER_TYPE_SCHEDULED, cron="0 9 * * *")
+    assert objects(scheduled, "at {{scheduledAt}}") == []

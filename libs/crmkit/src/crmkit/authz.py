@@ -65,11 +65,35 @@ def require_object_access(principal: common_pb2.Principal, object_name: str, act
     return access
 
 
+def require_full_read(principal: common_pb2.Principal, object_name: str) -> None:
+    """READ on every record of `object_name` ("*": of every object), not only the principal's
+    own: what a webhook or workflow saved by this principal may pass on (docs/auth.md)."""
+    access = object_access(principal, object_name, READ)
+    if access is None or access.own_records_only:
+        shown = "every object" if object_name == "*" else object_name
+        raise PermissionDenied(
+            f"permission denied: READ on every record of {shown}",
+            metadata={"action": "READ", "object": object_name},
+        )
+
+
+def require_full_scope(principal: common_pb2.Principal) -> None:
+    """OAuth tokens reach anything beyond records (settings, metadata, webhooks, workflows, keys,
+    roles) only with the `*` scope; other credentials are not narrowed by scopes."""
+    if principal.kind == common_pb2.PRINCIPAL_KIND_OAUTH and "*" not in principal.scopes:
+        raise PermissionDenied(
+            "permission denied: OAuth tokens need the * scope for workspace settings",
+            metadata={"scope": "*"},
+        )
+
+
 def has_flag(principal: common_pb2.Principal, flag: int) -> bool:
     return flag in principal.flags
 
 
 def require_flag(principal: common_pb2.Principal, flag: int) -> None:
+    """The flag's operations: the principal's role has the flag and, for OAuth, the `*` scope."""
+    require_full_scope(principal)
     if not has_flag(principal, flag):
         name = common_pb2.Flag.Name(flag).removeprefix("FLAG_")
         raise PermissionDenied(f"permission denied: requires {name}", metadata={"flag": name})

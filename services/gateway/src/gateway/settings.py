@@ -40,7 +40,7 @@ class GatewaySettings(CommonSettings, RedisSettings, NatsSettings):
     SUBSCRIPTION_QUEUE_SIZE: int = Field(default=4096, ge=1, le=1_000_000)
     SUBSCRIPTION_INIT_TIMEOUT: float = Field(default=3.0, gt=0)
     SUBSCRIPTION_MAX_OPERATIONS: int = Field(default=200, ge=1)
-    SUBSCRIPTION_REVALIDATE_INTERVAL: float = Field(default=60.0, gt=0)
+    SUBSCRIPTION_REVALIDATE_INTERVAL: float = Field(default=5.0, gt=0)
     # The API rate limit (docs/api.md): calls per credential within a sliding window of TTL ms.
     API_RATE_LIMITING_TTL: int = Field(default=60_000, ge=1, le=86_400_000)
     API_RATE_LIMITING_LIMIT: int = Field(default=100, ge=1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from crm.common.v1 import common_pb2
-from crmkit.authz import require_flag
+from crmkit.authz import require_flag, require_full_scope
 from crmkit.errors import PermissionDenied
 
 _USER_KINDS = (
@@ -13,18 +13,9 @@ _USER_KINDS = (
 )
 
 
-def _settings_allowed(principal: common_pb2.Principal) -> None:
-    """OAuth tokens reach workspace settings only with the `*` scope."""
-    if principal.kind == common_pb2.PRINCIPAL_KIND_OAUTH and "*" not in principal.scopes:
-        raise PermissionDenied(
-            "permission denied: OAuth tokens need the * scope for workspace settings",
-            metadata={"scope": "*"},
-        )
-
-
 def require_admin(principal: common_pb2.Principal) -> None:
     """Member, role and OAuth-client management: the Admin role only."""
-    _settings_allowed(principal)
+    require_full_scope(principal)
     if principal.role != common_pb2.ROLE_ADMIN:
         raise PermissionDenied(
             "permission denied: requires the Admin role", metadata={"role": "Admin"}
@@ -32,13 +23,12 @@ def require_admin(principal: common_pb2.Principal) -> None:
 
 
 def require_api_keys_flag(principal: common_pb2.Principal) -> None:
-    _settings_allowed(principal)
     require_flag(principal, common_pb2.FLAG_API_KEYS_AND_WEBHOOKS)
 
 
 def require_user(principal: common_pb2.Principal) -> str:
     """The acting user's id; API keys and system principals act for no user."""
-    _settings_allowed(principal)
+    require_full_scope(principal)
     if principal.kind not in _USER_KINDS or not principal.user_id:
         raise PermissionDenied("permission denied: only a user can do this")
     return principal.user_id

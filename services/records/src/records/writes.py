@@ -12,7 +12,7 @@ import asyncpg
 from crm.common.v1 import common_pb2
 from crmkit.authz import Access
 from crmkit.errors import AlreadyExists, InvalidArgument, NotFound
-from records import outbox
+from records import links, outbox
 from records.context import RequestContext
 from records.ddl import foreign_key_name, index_name
 from records.inputs import Prepared
@@ -53,6 +53,7 @@ async def create(
     """Insert `rows` (all or nothing) and their outbox rows; records in input order."""
     if not rows:
         return []
+    await links.require_readable_targets(connection, ctx, obj, rows)
     columns = _insert_columns(obj)
     params = Params()
     payload = params.add([row.columns for row in rows], "json")
@@ -155,6 +156,7 @@ async def update(
     node: common_pb2.Filter | None = None,
 ) -> list[Written]:
     """Apply `prepared` to one record (by id) or to every record matching `node`."""
+    await links.require_readable_targets(connection, ctx, obj, [prepared])
     params = Params()
     where: list[str] = []
     if record_id is not None:
@@ -268,6 +270,7 @@ async def merge(
     for value, field in ((source, "sourceId"), (target, "targetId")):
         if value not in present:
             raise NotFound(f"{obj.name_singular} {value} not found", field=field)
+    await links.require_repointable(connection, ctx, obj, source, target)
     deleted = await set_deleted(
         connection, ctx, obj, access, deleted=True, record_id=source, cause=outbox.MERGE
     )

@@ -42,6 +42,11 @@ def validate_operations(values: Sequence[str], known_objects: Iterable[str]) -> 
     return result
 
 
+def objects_of(operations: Iterable[str]) -> list[str]:
+    """The objects operations name, `*` included (every object), sorted."""
+    return sorted({operation.partition(".")[0] for operation in operations})
+
+
 def matching_patterns(object_name: str, action: str) -> list[str]:
     """Every operation that matches an event: exact, object wildcard, action wildcard, both."""
     return [f"{object_name}.{action}", f"{object_name}.*", f"*.{action}", "*.*"]

@@ -1,7 +1,9 @@
 """The webhook API over gRPC: configurations, secrets, the delivery log and redelivery.
 
 Every call needs the API_KEYS_AND_WEBHOOKS flag and acts within the caller's workspace; ids of
-other workspaces answer NOT_FOUND. Field names in errors are the API's (`targetUrl`, ...).
+other workspaces answer NOT_FOUND. Whoever creates or changes a webhook must READ every record of
+each object its operations name (`*`: of every object), so a webhook never passes on records
+its last editor could not read. Field names in errors are the API's (`targetUrl`, ...).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2, metadata_pb2_grpc
 from crm.webhooks.v1 import webhooks_pb2 as wh
 from crm.webhooks.v1 import webhooks_pb2_grpc
-from crmkit.authz import require_flag
+from crmkit.authz import require_flag, require_full_read
 from crmkit.errors import FailedPrecondition, InvalidArgument, NotFound, from_rpc_error
 from crmkit.outbound import (
     OutboundPolicy,
@@ -31,7 +33,7 @@ from crmkit.outbound import (
 from crmkit.paging import read_page
 from crmkit.principal import PrincipalCodec, system_principal
 from webhooks import store
-from webhooks.operations import validate_operations
+from webhooks.operations import objects_of, validate_operations
 from webhooks.sealing import SecretBox, new_secret
 
 Context = Any  # grpc.aio.ServicerContext (grpc is untyped)
@@ -109,6 +111,11 @@ def validate_description(value: str) -> str:
     return value
 
 
+def require_readable(principal: common_pb2.Principal, operations: list[str]) -> None:
+    for object_name in objects_of(operations):
+        require_full_read(principal, object_name)
+
+
 def _uuid(value: str, field: str) -> str:
     try:
         return str(uuid.UUID(value))
@@ -167,6 +174,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         principal = self._caller(context)
         url, origin = await self._checked_target(request.target_url)
         operations = await self._operations(principal.workspace_id, list(request.operations))
+        require_readable(principal, operations)
         description = validate_description(request.description)
         webhook_id = str(uuid.uuid4())
         secret = new_secret()
@@ -222,6 +230,10 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
             changes["is_active"] = request.is_active
         async with self._pool.acquire() as connection, connection.transaction():
             if changes:
+                current = await store.get_webhook(connection, principal.workspace_id, webhook_id)
+                if current is None:
+                    raise NotFound("webhook not found", field="id")
+                require_readable(principal, changes.get("operations", list(current["operations"])))
                 row = await store.update_webhook(
                     connection, principal.workspace_id, webhook_id, changes
                 )

@@ -276,6 +276,30 @@ def check_against_model(
             raise InvalidArgument(f"variable {{{{{path}}}}}: {problem}", field=where)
 
 
+def read_objects(trigger: TriggerSpec, action: ActionSpec, schema: md.WorkspaceSchema) -> list[str]:
+    """The objects a workflow's runs read records of: its trigger's object and the objects of
+    the many-to-one relations its filter and templates follow (none for a SCHEDULED one)."""
+    if trigger.type == SCHEDULED:
+        return []
+    obj = next((o for o in schema.objects if o.name_singular == trigger.object), None)
+    found = {trigger.object}
+    paths = [path for path, _ in template_variables(action)]
+    paths += referenced_fields(parse_filter(trigger.filter, field="trigger.filter"))
+    for path in paths:
+        head, _, rest = path.partition(".")
+        relation = next(
+            (
+                f
+                for f in (obj.fields if obj is not None else ())
+                if f.name == head and f.type == md.FIELD_TYPE_RELATION
+            ),
+            None,
+        )
+        if rest and relation is not None:
+            found.add(relation.relation.target_object_name)
+    return sorted(found)
+
+
 def relation_heads(paths: list[str], record: Mapping[str, Any]) -> list[str]:
     """The first segments of dotted paths that the record does not hold as a nested value
     (relations to load before a filter or template can read them)."""

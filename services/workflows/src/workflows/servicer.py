@@ -1,7 +1,10 @@
 """The workflow API over gRPC: configurations, activation, test runs and the run log.
 
 Every call needs the WORKFLOWS permission flag (Admin, or a role allowed to manage workflows)
-and acts within the caller's workspace; ids of other workspaces answer NOT_FOUND. Field names
+and acts within the caller's workspace; ids of other workspaces answer NOT_FOUND. Whoever saves,
+activates or tests a workflow must READ every record of the objects its runs read (trigger
+object, relations its filter and templates follow), so a run never passes on what they could
+not read. Field names
 in errors are the API's (`trigger.cron`, `action.url`, ...).
 """
 
@@ -22,7 +25,7 @@ from crm.records.v1 import records_pb2 as rp
 from crm.records.v1 import records_pb2_grpc
 from crm.workflows.v1 import workflows_pb2 as wf
 from crm.workflows.v1 import workflows_pb2_grpc
-from crmkit.authz import require_flag
+from crmkit.authz import require_flag, require_full_read
 from crmkit.errors import InvalidArgument, NotFound, from_rpc_error
 from crmkit.outbound import OutboundPolicy, OutboundRefused, check_url
 from crmkit.paging import read_page
@@ -181,10 +184,10 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         return schema
 
     async def _checked(
-        self, workspace_id: str, trigger: TriggerSpec, action: ActionSpec
+        self, principal: common_pb2.Principal, trigger: TriggerSpec, action: ActionSpec
     ) -> datetime | None:
-        """Check a definition's schedule, the outbound rules and the data model; return the
-        first tick of a SCHEDULED trigger."""
+        """Check a definition's schedule, the outbound rules, the data model and the caller's
+        read access; return the first tick of a SCHEDULED trigger."""
         first_tick = None
         if trigger.type == SCHEDULED:
             first_tick = schedule.validate(
@@ -194,8 +197,20 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
             await check_url(templates.VARIABLE.sub("x", action.url), self._policy)
         except OutboundRefused as exc:
             raise InvalidArgument(f"action.url: {exc}", field="action.url") from None
-        definitions.check_against_model(trigger, action, await self._schema(workspace_id))
+        schema = await self._schema(principal.workspace_id)
+        definitions.check_against_model(trigger, action, schema)
+        self._require_read(principal, trigger, action, schema)
         return first_tick
+
+    @staticmethod
+    def _require_read(
+        principal: common_pb2.Principal,
+        trigger: TriggerSpec,
+        action: ActionSpec,
+        schema: metadata_pb2.WorkspaceSchema,
+    ) -> None:
+        for object_name in definitions.read_objects(trigger, action, schema):
+            require_full_read(principal, object_name)
 
     async def CreateWorkflow(  # noqa: N802
         self, request: wf.CreateWorkflowRequest, context: Context
@@ -208,7 +223,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
             raise InvalidArgument("action is required", field="action")
         trigger = definitions.read_trigger(request.trigger)
         action = definitions.read_action(request.action)
-        await self._checked(principal.workspace_id, trigger, action)
+        await self._checked(principal, trigger, action)
         row = await store.insert_workflow(
             self._pool, principal.workspace_id, name, store.definition_columns(trigger, action)
         )
@@ -255,7 +270,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         if request.HasField("action"):
             action = definitions.read_action(request.action)
         if request.HasField("trigger") or request.HasField("action"):
-            first_tick = await self._checked(principal.workspace_id, trigger, action)
+            first_tick = await self._checked(principal, trigger, action)
             changes.update(store.definition_columns(trigger, action))
             if current["status"] == "active":
                 changes["next_run_at"] = first_tick
@@ -285,7 +300,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         current = await self._get(principal, request.id)
         trigger, action = spec_of(current)
         # Checked again: the data model may have changed since the workflow was saved.
-        first_tick = await self._checked(principal.workspace_id, trigger, action)
+        first_tick = await self._checked(principal, trigger, action)
         async with self._pool.acquire() as connection:
             row = await store.update_workflow(
                 connection,
@@ -319,6 +334,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
     ) -> wf.WorkflowRun:
         principal = self._caller(context)
         row = await self._get(principal, request.id)
+        self._require_read(principal, *spec_of(row), await self._schema(principal.workspace_id))
         action = Action.of(row)
         event = await self._test_event(principal.workspace_id, row, request.record_json)
         # Filled before anything is stored: a missing variable is the caller's error.

@@ -54,10 +54,6 @@ class EventSubscription:
     def object(self) -> str:
         return self.key[1]
 
-    def restrict_to_owner(self, owner_id: str | None) -> None:
-        """Only records whose ownerId is `owner_id` from now on (None: every record)."""
-        self.owner_id = owner_id
-
     def accepts(self, record: Record) -> bool:
         if self.owner_id is not None and record.get("ownerId") != self.owner_id:
             return False

@@ -5,10 +5,13 @@ The client has SUBSCRIPTION_INIT_TIMEOUT seconds to send `connection_init`, whos
 credential is verified by the same code as HTTP (`gateway.auth.authenticate`): a bad, expired or
 revoked one closes the socket with 4401, a principal that may read no object at all with 4403.
 Then every `subscribe` runs as its own task against the caller's workspace schema: queries and
-mutations answer one `next` and `complete`, subscriptions stream `next` per event. The credential
-is verified again every SUBSCRIPTION_REVALIDATE_INTERVAL seconds: once it expires or is revoked
-the socket closes with 4401; when the caller's permissions change, subscriptions to objects it
-may no longer read end with a FORBIDDEN error and own-records-only roles are re-applied.
+mutations answer one `next` and `complete`, subscriptions stream `next` per event. Each
+`subscribe` verifies the credential again first (one Redis read, as an HTTP request does), and
+open subscriptions are re-checked every SUBSCRIPTION_REVALIDATE_INTERVAL seconds: once it
+expires or is revoked the socket closes with 4401 (4403 when it may read nothing any more); when
+what the caller may read changes, subscriptions to objects it may no longer read end with a
+FORBIDDEN error and the others restart under the new principal (same id, nothing sent), so
+relation fields and own-records rules follow the change.
 """
 
 from __future__ import annotations
@@ -49,7 +52,12 @@ from gateway.subscriptions.protocol import (
     Terminate,
     WireFormat,
 )
-from gateway.subscriptions.rendering import CheckedDocument, render_key, start_subscription
+from gateway.subscriptions.rendering import (
+    CheckedDocument,
+    render_key,
+    start_subscription,
+    visibility,
+)
 
 log = logging.getLogger("gateway.subscriptions")
 
@@ -145,6 +153,7 @@ class SocketSession:
         self._init_received = False
         self._closed = False
         self._operations: dict[str, asyncio.Task[None]] = {}
+        self._messages: dict[str, Subscribe] = {}  # of running operations, to restart them
         self._streams: dict[str, EventSubscription] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -202,6 +211,7 @@ class SocketSession:
         for task in self._operations.values():
             task.cancel()
         self._operations.clear()
+        self._messages.clear()
 
     async def _send(self, text: str) -> None:
         if self._closed:
@@ -276,8 +286,13 @@ class SocketSession:
         if len(self._operations) >= self.settings.SUBSCRIPTION_MAX_OPERATIONS:
             self._spawn(self._send_errors(message.id, _too_many(self.settings)))
             return
-        task = asyncio.create_task(self._execute(message, self.principal))
+        self._start(message, None)
+
+    def _start(self, message: Subscribe, principal: common_pb2.Principal | None) -> None:
+        """Run `message` as `principal`; None: verify the credential again first."""
+        task = asyncio.create_task(self._execute(message, principal))
         self._operations[message.id] = task
+        self._messages[message.id] = message
         task.add_done_callback(lambda done: self._forget(message.id, done))
 
     def _complete(self, identifier: str) -> None:
@@ -290,6 +305,7 @@ class SocketSession:
         if stream is not None:
             stream.close()
         task = self._operations.pop(identifier, None)
+        self._messages.pop(identifier, None)
         if task is None:
             return False
         task.cancel()
@@ -298,6 +314,7 @@ class SocketSession:
     def _forget(self, identifier: str, task: asyncio.Task[None]) -> None:
         if self._operations.get(identifier) is task:
             del self._operations[identifier]
+            self._messages.pop(identifier, None)
             stream = self._streams.pop(identifier, None)
             if stream is not None:
                 stream.close()
@@ -308,10 +325,14 @@ class SocketSession:
 
     # -- operations --------------------------------------------------------------------------
 
-    async def _execute(self, message: Subscribe, principal: common_pb2.Principal) -> None:
+    async def _execute(self, message: Subscribe, principal: common_pb2.Principal | None) -> None:
         identifier = message.id
         try:
-            await admit_operation(self.state, principal)
+            if principal is None:  # a new operation (a restart is not one)
+                principal = await self._verified()
+                if principal is None:
+                    return  # the socket is closing
+                await admit_operation(self.state, principal)
             prepared = await self.schemas.prepare(self.state, principal)
             if not await self._stream(message, principal, prepared, may_be_stale=True):
                 # Rejected by the schema: perhaps an object created a moment ago through another
@@ -457,31 +478,50 @@ class SocketSession:
             await asyncio.sleep(interval)
 
     async def _revalidate(self, interval: float) -> None:
-        verifier = credential_verifier(self.state)
         while not self._closed:
             await asyncio.sleep(interval)
             try:
-                principal = await verifier.verify(bearer_token(self._authorization))
-            except Unauthenticated as exc:
-                self._request_close(CloseCode.UNAUTHORIZED, exc.message)
-                return
+                await self._verified()
             except ServiceError as exc:
                 log.info("credential recheck skipped", extra={"error": exc.message})
-                continue
-            if self.principal is None or principal == self.principal:
-                continue
-            self.principal = principal
+
+    async def _verified(self) -> common_pb2.Principal | None:
+        """The credential verified again (one Redis read) and its change applied to the open
+        subscriptions; None when the socket closes (revoked or expired: 4401, may read nothing:
+        4403). Other errors (Redis or identity away) propagate."""
+        try:
+            principal = await credential_verifier(self.state).verify(
+                bearer_token(self._authorization)
+            )
+        except Unauthenticated as exc:
+            self._request_close(CloseCode.UNAUTHORIZED, exc.message)
+            return None
+        previous = self.principal
+        if previous is None or self._closed:
+            return None
+        if principal == previous:
+            return principal
+        self.principal = principal
+        if not may_read_something(principal):
+            self._request_close(
+                CloseCode.FORBIDDEN, "Forbidden: this credential may not read any records"
+            )
+            return None
+        if visibility(principal) != visibility(previous):
             await self._reauthorize(principal)
+        return principal
 
     async def _reauthorize(self, principal: common_pb2.Principal) -> None:
+        """Subscriptions to objects no longer readable end with FORBIDDEN; the others restart as
+        `principal`, so what they render (relations, own records) follows the change."""
         for identifier, stream in list(self._streams.items()):
-            access = object_access(principal, stream.object, READ)
-            if access is None:
+            message = self._messages.get(identifier)
+            self._end(identifier)
+            if object_access(principal, stream.object, READ) is None:
                 denied = PermissionDenied(f"permission denied: READ on {stream.object}")
-                self._end(identifier)
                 await self._send_errors(identifier, _error_dicts(denied))
-            else:
-                stream.restrict_to_owner(access.owner_id if access.own_records_only else None)
+            elif message is not None:
+                self._start(message, principal)
 
 
 def _too_many(settings: GatewaySettings) -> list[dict[str, Any]]:
