@@ -167,7 +167,7 @@ class Stack:
     def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
-        self._claim_data_dir()
+        self.claim_data_dir()
         try:
             self.infra = start_infrastructure(
                 self.config.data_dir,
@@ -214,7 +214,7 @@ class Stack:
         remove_state(self.config.data_dir)
         self._claim.release()
 
-    def _claim_data_dir(self) -> None:
+    def claim_data_dir(self) -> None:
         """Refuse while another launcher runs on this data folder; stop what a dead one left."""
         data_dir = self.config.data_dir
         if not self._claim.acquire():
