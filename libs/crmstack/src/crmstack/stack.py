@@ -233,6 +233,9 @@ class Stack:
             names = ", ".join(f"{p.name} (PID {p.pid})" for p in left)
             say(f"stopping what an earlier launcher on {data_dir} left running: {names}")
             stop_recorded(left, grace=15)
+        launcher = Recorded.of("launcher", os.getpid())
+        # Until the servers run: enough for `make stop` to find this launcher.
+        write_state(data_dir, {"launcher": launcher.as_json() if launcher else None})
 
     def _plan(self) -> None:
         assert self.infra is not None
