@@ -211,8 +211,9 @@ class Stack:
         )
         if self.infra is not None:
             self.infra.stop()
-        remove_state(self.config.data_dir)
-        self._claim.release()
+        if self._claim.held:  # never another launcher's file
+            remove_state(self.config.data_dir)
+            self._claim.release()
 
     def claim_data_dir(self) -> None:
         """Refuse while another launcher runs on this data folder; stop what a dead one left."""
@@ -435,35 +436,35 @@ class Stack:
     def _write_state(self) -> None:
         """stack.json: the launcher, every running process (PID and start time) and the
         addresses; rewritten on every (re)start of a process."""
-        assert self.infra is not None
-        launcher = Recorded.of("launcher", os.getpid())
-        processes = [
-            Recorded.of(p.name, p.pid, p.stop_signal)
-            for p in self._all_processes()
-            if p.pid is not None and p.is_running()
-        ]
-        state = {
-            "launcher": launcher.as_json() if launcher else None,
-            "stopCommand": stop_command(self.config.data_dir),
-            "processes": [p.as_json() for p in processes if p is not None],
-            "gatewayUrls": self.gateway_urls,
-            "databaseUrl": self.infra.database_url,
-            "redisUrl": self.infra.redis_url,
-            "natsUrl": self.infra.nats_url,
-            "services": {
-                service: [
-                    {
-                        "name": i.process.name,
-                        "pid": i.process.pid,
-                        "port": i.port,
-                        "metricsPort": i.metrics_port,
-                    }
-                    for i in instances
-                ]
-                for service, instances in self.instances.items()
-            },
-        }
-        with self._lock:
+        with self._lock:  # built and written as one step: never an older list over a newer
+            assert self.infra is not None
+            launcher = Recorded.of("launcher", os.getpid())
+            processes = [
+                Recorded.of(p.name, p.pid, p.stop_signal)
+                for p in self._all_processes()
+                if p.pid is not None and p.is_running()
+            ]
+            state = {
+                "launcher": launcher.as_json() if launcher else None,
+                "stopCommand": stop_command(self.config.data_dir),
+                "processes": [p.as_json() for p in processes if p is not None],
+                "gatewayUrls": self.gateway_urls,
+                "databaseUrl": self.infra.database_url,
+                "redisUrl": self.infra.redis_url,
+                "natsUrl": self.infra.nats_url,
+                "services": {
+                    service: [
+                        {
+                            "name": i.process.name,
+                            "pid": i.process.pid,
+                            "port": i.port,
+                            "metricsPort": i.metrics_port,
+                        }
+                        for i in instances
+                    ]
+                    for service, instances in self.instances.items()
+                },
+            }
             write_state(self.config.data_dir, state)
 
     def _all_processes(self) -> list[ManagedProcess]:

@@ -126,6 +126,10 @@ class LauncherLock:
         self.path = data_dir / LOCK_FILE
         self._fd: int | None = None
 
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
     def acquire(self) -> bool:
         """True when taken; False when another launcher holds it. Not inherited by children."""
         if self._fd is not None:
