@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 UV ?= uv
 IMAGE_TAG ?= dev
 
-.PHONY: install proto run test lint typecheck unit integration clean proto-check chromium \
+.PHONY: install proto run stop test lint typecheck unit integration clean proto-check chromium \
 	requirements images kind-test chart-check images-check bench bench-smoke
 
 install: $(STAMP)
@@ -35,6 +35,10 @@ $(PROTO_OUT)/crm/.generated: $(PROTO_FILES) $(STAMP)
 
 run: install proto
 	$(PY) -m crmstack run
+
+# Stops the stack `make run` started from this checkout, from any terminal.
+stop:
+	@if [ -x $(PY) ]; then $(PY) -m crmstack stop; else echo "no CRM stack to stop (no $(VENV))"; fi
 
 lint: install proto
 	$(VENV)/bin/ruff check .

@@ -1,22 +1,63 @@
-"""Child processes with prefixed logs, stopped by PID (SIGTERM, then SIGKILL after a grace)."""
+"""Child processes with prefixed logs, stopped by PID (SIGTERM, then SIGKILL after a grace).
+
+Every child is forked by one long-lived thread and asks the kernel for a signal when that thread
+dies (PR_SET_PDEATHSIG), so nothing the launcher started outlives it, however it ends.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import pwd
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TypedDict
+from typing import IO, Any, TypedDict
 
 import orjson
 
 _COLORS = (36, 32, 33, 35, 34, 31, 96, 92, 93, 95, 94)
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# The parent-death signal fires when the *thread* that forked the child ends, not the process:
+# a restart from a timer thread would otherwise kill its child as soon as the timer returns. One
+# thread that lives as long as the launcher forks every child.
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crmstack-spawner")
+
+
+def _die_with_parent(sig: int, parent: int) -> Callable[[], None]:
+    """A preexec_fn: `sig` when the launcher dies; exit now if it died before this ran."""
+
+    def arm() -> None:
+        _libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
+def spawn(
+    command: Sequence[str], *, death_signal: int = signal.SIGKILL, **kwargs: Any
+) -> subprocess.Popen[bytes]:
+    """Popen from the spawner thread; the child gets `death_signal` when the launcher dies.
+
+    It runs in its own session, so a Ctrl-C in the terminal reaches only the launcher, which
+    stops the children in order."""
+    # Set after any change of user (a credential change clears the parent-death signal).
+    arm = _die_with_parent(death_signal, os.getpid())
+
+    def fork() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(list(command), start_new_session=True, preexec_fn=arm, **kwargs)
+
+    return _spawner.submit(fork).result()
 
 
 def render_line(raw: str) -> str:
@@ -55,6 +96,8 @@ class ManagedProcess:
     cwd: Path | None = None
     user: str | None = None
     stop_signal: int = signal.SIGTERM
+    death_signal: int = signal.SIGKILL  # sent by the kernel when the launcher dies
+    started_at: float = field(default=0.0, init=False)  # time.monotonic() of the last start
     popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _pump: threading.Thread | None = field(default=None, init=False)
     _on_exit: Callable[[ManagedProcess, int], None] | None = field(default=None, init=False)
@@ -66,14 +109,15 @@ class ManagedProcess:
     def start(self, on_exit: Callable[[ManagedProcess, int], None] | None = None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._on_exit = on_exit
-        self.popen = subprocess.Popen(
-            list(self.command),
+        self.started_at = time.monotonic()
+        self.popen = spawn(
+            self.command,
+            death_signal=self.death_signal,
             env=dict(self.env),
             cwd=self.cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C reaches the launcher, which stops children in order
             **drop_privileges(self.user),
         )
         self._pump = threading.Thread(
@@ -112,16 +156,23 @@ class ManagedProcess:
 
     def stop(self, grace: float = 10.0) -> int | None:
         """Its stop signal, wait up to `grace` seconds, then SIGKILL. Returns the exit code."""
+        self.begin_stop()
+        return self.finish_stop(time.monotonic() + grace)
+
+    def begin_stop(self) -> None:
+        """Send the stop signal without waiting (no restart follows this exit)."""
+        self._on_exit = None
+        self.send(self.stop_signal)
+
+    def finish_stop(self, deadline: float) -> int | None:
+        """Wait for the exit until `deadline` (time.monotonic()), then SIGKILL."""
         if self.popen is None:
             return None
-        self._on_exit = None
-        if self.is_running():
-            self.send(self.stop_signal)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.send(signal.SIGKILL)
-                self.popen.wait(5)
+        try:
+            self.popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.send(signal.SIGKILL)
+            self.popen.wait(5)
         if self._pump is not None:
             self._pump.join(timeout=5)
         return self.popen.returncode
@@ -144,6 +195,16 @@ class ManagedProcess:
         return "\n".join(render_line(line) for line in content[-lines:])
 
 
+def stop_together(processes: Iterable[ManagedProcess], grace: float) -> None:
+    """Stop signal to all at once, then wait for all within one `grace` (SIGKILL after it)."""
+    group = list(processes)
+    for process in group:
+        process.begin_stop()
+    deadline = time.monotonic() + grace
+    for process in group:
+        process.finish_stop(deadline)
+
+
 class PrivilegeArgs(TypedDict, total=False):
     user: int
     group: int
@@ -162,7 +223,8 @@ _write_lock = threading.Lock()
 
 
 def _write(stream: IO[str], text: str) -> None:
-    with _write_lock:
+    # A closed terminal (SIGHUP, then EIO) must not stop the launcher from stopping its children.
+    with _write_lock, contextlib.suppress(OSError, ValueError):
         stream.write(text)
         stream.flush()
 

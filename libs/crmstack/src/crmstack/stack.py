@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -16,9 +17,20 @@ from pathlib import Path
 
 import orjson
 
-from crmstack.infra import InfraError, Infrastructure, start_infrastructure
+from crmstack.backoff import RestartBackoff
+from crmstack.infra import InfraError, Infrastructure, running_postmaster, start_infrastructure
 from crmstack.ports import free_port, port_is_free, wait_for_port
-from crmstack.processes import ManagedProcess, say
+from crmstack.processes import ManagedProcess, say, spawn, stop_together
+from crmstack.state import (
+    LauncherLock,
+    Recorded,
+    read_state,
+    recorded_launcher,
+    recorded_processes,
+    remove_state,
+    stop_recorded,
+    write_state,
+)
 
 # gRPC services in start order; the gateway starts last.
 GRPC_SERVICES = ("records", "metadata", "identity", "webhooks", "workflows")
@@ -26,6 +38,19 @@ GATEWAY = "gateway"
 ALL_SERVICES = (*GRPC_SERVICES, GATEWAY)
 MIGRATING_SERVICES = GRPC_SERVICES
 PEER_RECONNECT_SECONDS = 1.5  # a peer channel's longest reconnect backoff, with jitter
+LOOPBACK = "127.0.0.1"
+
+# What the launcher relaxes for local work: variable -> (its value here, the value a deployment
+# keeps, what the relaxed value allows). tests/chart/test_guards.py checks the chart's defaults
+# keep every one of them at its safe value.
+RELAXED_SETTINGS: dict[str, tuple[str, str, str]] = {
+    "CRM_ENV": ("development", "production", "GraphQL playground and /docs served"),
+    "WEBHOOK_ALLOW_PRIVATE_TARGETS": (
+        "true",
+        "false",
+        "webhooks and workflow actions may call loopback and private addresses",
+    ),
+}
 
 _COLORS = {
     "records": 36,
@@ -48,6 +73,7 @@ class StackError(RuntimeError):
 class StackConfig:
     data_dir: Path
     gateway_port: int | None = None  # None: a free port
+    gateway_host: str = LOOPBACK  # where the gateway listens (every other process: loopback)
     replicas: Mapping[str, int] = field(default_factory=dict)
     echo_logs: bool = False
     restart_on_failure: bool = False
@@ -96,8 +122,18 @@ class ServiceInstance:
     metrics_port: int
 
 
+def stop_command(data_dir: Path) -> str:
+    """The command that stops the stack running from `data_dir`."""
+    if data_dir == Path.cwd() / ".data":
+        return "make stop"
+    return f"python -m crmstack stop --data-dir {data_dir}"
+
+
 class Stack:
-    """Start with start(), stop with stop(); everything started is stopped by PID."""
+    """Start with start(), stop with stop(); everything started is stopped by PID.
+
+    With restart_on_failure, a service or embedded server that exits is restarted after a
+    backoff; .data/stack.json names the launcher and the running PID of every process."""
 
     def __init__(self, config: StackConfig) -> None:
         self.config = config
@@ -106,12 +142,19 @@ class Stack:
         self.instances: dict[str, list[ServiceInstance]] = {}
         self.env: dict[str, str] = {}
         self._stopping = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._claim = LauncherLock(config.data_dir)
+        self._backoff = RestartBackoff()
 
     # -- addresses ---------------------------------------------------------------------------
     @property
     def gateway_urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{i.port}" for i in self.instances.get(GATEWAY, [])]
+        host = self.config.gateway_host
+        host = LOOPBACK if host in ("0.0.0.0", "") else host
+        return [
+            f"http://{host if i.replica == 0 else LOOPBACK}:{i.port}"
+            for i in self.instances.get(GATEWAY, [])
+        ]
 
     @property
     def base_url(self) -> str:
@@ -124,16 +167,23 @@ class Stack:
     def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.claim_data_dir()
         try:
             self.infra = start_infrastructure(
                 self.config.data_dir,
                 self.logs,
                 echo=self.config.echo_logs,
                 fast_postgres=self.config.fast_postgres,
+                on_exit=self._on_exit if self.config.restart_on_failure else None,
             )
         except InfraError as exc:
+            self._claim.release()
             raise StackError(str(exc)) from None
+        except BaseException:
+            self._claim.release()
+            raise
         try:
+            self._write_state()
             self._plan()
             self._migrate()
             for service in GRPC_SERVICES:
@@ -151,12 +201,42 @@ class Stack:
             raise
 
     def stop(self) -> None:
-        self._stopping.set()
-        for service in (GATEWAY, *reversed(GRPC_SERVICES)):
-            for instance in self.instances.get(service, []):
-                instance.process.stop()
+        """Gateways, then every gRPC service together, then the servers together (each group
+        SIGTERM, or SIGINT for PostgreSQL's fast shutdown; SIGKILL after its grace)."""
+        with self._lock:
+            self._stopping.set()
+        stop_together((i.process for i in self.instances.get(GATEWAY, [])), grace=10)
+        stop_together(
+            (i.process for s in GRPC_SERVICES for i in self.instances.get(s, [])), grace=10
+        )
         if self.infra is not None:
             self.infra.stop()
+        if self._claim.held:  # never another launcher's file
+            remove_state(self.config.data_dir)
+            self._claim.release()
+
+    def claim_data_dir(self) -> None:
+        """Refuse while another launcher runs on this data folder; stop what a dead one left."""
+        data_dir = self.config.data_dir
+        if not self._claim.acquire():
+            launcher = recorded_launcher(read_state(data_dir))
+            pid = f" (launcher PID {launcher.pid})" if launcher else ""
+            raise StackError(
+                f"a CRM stack is already running from {data_dir}{pid}; "
+                f"stop it with `{stop_command(data_dir)}`"
+            )
+        left = [p for p in recorded_processes(read_state(data_dir)) if p.is_running()]
+        postmaster = running_postmaster(data_dir / "postgres")
+        if postmaster is not None and postmaster not in {p.pid for p in left}:
+            found = Recorded.of("postgres", postmaster, signal.SIGINT)
+            left += [found] if found else []
+        if left:
+            names = ", ".join(f"{p.name} (PID {p.pid})" for p in left)
+            say(f"stopping what an earlier launcher on {data_dir} left running: {names}")
+            stop_recorded(left, grace=15)
+        launcher = Recorded.of("launcher", os.getpid())
+        # Until the servers run: enough for `make stop` to find this launcher.
+        write_state(data_dir, {"launcher": launcher.as_json() if launcher else None})
 
     def _plan(self) -> None:
         assert self.infra is not None
@@ -191,17 +271,15 @@ class Stack:
         # The caller's environment passes through (`API_RATE_LIMITING_LIMIT=1000 make run`);
         # what the launcher decides (addresses, ports, the secret) and extra_env override it.
         env = dict(os.environ)
+        env.update({name: relaxed for name, (relaxed, _, _) in RELAXED_SETTINGS.items()})
         env.update(
             {
                 "APP_SECRET": self.config.app_secret,
-                "CRM_ENV": "development",
                 "DATABASE_URL": self.infra.database_url,
                 "REDIS_URL": self.infra.redis_url,
                 "NATS_URL": self.infra.nats_url,
                 "SMTP_URL": self.infra.smtp_url,
                 "PYTHONUNBUFFERED": "1",
-                # Local runs send webhooks to local receivers (the chart keeps this off).
-                "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
             }
         )
         for service in GRPC_SERVICES:
@@ -220,28 +298,51 @@ class Stack:
         env["OTEL_SERVICE_NAME"] = instance.service
         if instance.service == GATEWAY:
             env["PORT"] = str(instance.port)
-            env["HOST"] = "127.0.0.1"
+            env["HOST"] = self.config.gateway_host if instance.replica == 0 else LOOPBACK
         else:
             env["GRPC_PORT"] = str(instance.port)
             env["GRPC_HOST"] = "127.0.0.1"
         return env
 
+    def relaxed_settings(self) -> str:
+        """One line naming every safety setting this stack relaxes (for `make run`)."""
+        relaxed = [
+            f"{name}={self.env[name]} ({allows})"
+            for name, (_, safe, allows) in RELAXED_SETTINGS.items()
+            if self.env.get(name, safe).lower() != safe
+        ]
+        assert self.infra is not None
+        embedded = [name for name in ("postgres", "redis", "nats") if name in self.infra.servers]
+        if embedded:
+            relaxed.append(f"{', '.join(embedded)} without passwords on {LOOPBACK}")
+        host = self.config.gateway_host
+        if host != LOOPBACK:
+            relaxed.append(f"gateway listening on {host or 'every address'} (HOST)")
+        return "relaxed for local work, never in a deployment: " + "; ".join(relaxed)
+
     def _migrate(self) -> None:
         say("applying migrations")
         for service in MIGRATING_SERVICES:
-            result = subprocess.run(
+            migrate = spawn(
                 [sys.executable, "-m", service, "migrate"],
                 env=self._process_env(self.instances[service][0]),
-                capture_output=True,
-                text=True,
-                timeout=120,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
             )
-            if result.returncode != 0:
-                tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+            try:
+                output, errors = migrate.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                migrate.kill()
+                migrate.wait()
+                raise StackError(f"migrations of {service} took over 120 s") from None
+            if migrate.returncode != 0:
+                tail = (errors or output).decode(errors="replace").strip().splitlines()[-5:]
                 raise StackError(f"migrations of {service} failed:\n" + "\n".join(tail))
 
     def _launch(self, instance: ServiceInstance) -> None:
-        instance.process.start(on_exit=self._on_exit)
+        with self._lock:
+            instance.process.start(on_exit=self._on_exit)
+            self._write_state()
 
     def _wait_listening(self, instance: ServiceInstance) -> None:
         if not wait_for_port(instance.port, self.config.startup_timeout):
@@ -253,26 +354,22 @@ class Stack:
     def _on_exit(self, process: ManagedProcess, code: int) -> None:
         if self._stopping.is_set():
             return
-        say(f"{process.name} exited with code {code}")
         if not self.config.restart_on_failure:
+            say(f"{process.name} exited with code {code}")
             return
-        instance = self._instance_of(process)
-        if instance is None:
-            return
+        delay = self._backoff.delay(process.name, process.started_at)
+        say(f"{process.name} exited with code {code}; restarting it in {delay:.1f} s")
+        timer = threading.Timer(delay, self._restart, (process,))
+        timer.daemon = True
+        timer.start()
 
-        def restart() -> None:
-            if not self._stopping.is_set() and not instance.process.is_running():
-                say(f"restarting {process.name}")
-                self._launch(instance)
-
-        threading.Timer(1.0, restart).start()
-
-    def _instance_of(self, process: ManagedProcess) -> ServiceInstance | None:
-        for instances in self.instances.values():
-            for instance in instances:
-                if instance.process is process:
-                    return instance
-        return None
+    def _restart(self, process: ManagedProcess) -> None:
+        # PostgreSQL recovers from its WAL as it starts; NATS reloads its JetStream store.
+        with self._lock:
+            if self._stopping.is_set() or process.is_running():
+                return
+            process.start(on_exit=self._on_exit)
+            self._write_state()
 
     # -- health ------------------------------------------------------------------------------
     def health(self, url: str | None = None) -> tuple[int, dict[str, object]]:
@@ -337,25 +434,41 @@ class Stack:
         self.infra.servers[name].start()
 
     def _write_state(self) -> None:
-        assert self.infra is not None
-        state = {
-            "gatewayUrls": self.gateway_urls,
-            "databaseUrl": self.infra.database_url,
-            "redisUrl": self.infra.redis_url,
-            "natsUrl": self.infra.nats_url,
-            "services": {
-                service: [
-                    {
-                        "name": i.process.name,
-                        "pid": i.process.pid,
-                        "port": i.port,
-                        "metricsPort": i.metrics_port,
-                    }
-                    for i in instances
-                ]
-                for service, instances in self.instances.items()
-            },
-        }
-        (self.config.data_dir / "stack.json").write_bytes(
-            orjson.dumps(state, option=orjson.OPT_INDENT_2)
-        )
+        """stack.json: the launcher, every running process (PID and start time) and the
+        addresses; rewritten on every (re)start of a process."""
+        with self._lock:  # built and written as one step: never an older list over a newer
+            assert self.infra is not None
+            launcher = Recorded.of("launcher", os.getpid())
+            processes = [
+                Recorded.of(p.name, p.pid, p.stop_signal)
+                for p in self._all_processes()
+                if p.pid is not None and p.is_running()
+            ]
+            state = {
+                "launcher": launcher.as_json() if launcher else None,
+                "stopCommand": stop_command(self.config.data_dir),
+                "processes": [p.as_json() for p in processes if p is not None],
+                "gatewayUrls": self.gateway_urls,
+                "databaseUrl": self.infra.database_url,
+                "redisUrl": self.infra.redis_url,
+                "natsUrl": self.infra.nats_url,
+                "services": {
+                    service: [
+                        {
+                            "name": i.process.name,
+                            "pid": i.process.pid,
+                            "port": i.port,
+                            "metricsPort": i.metrics_port,
+                        }
+                        for i in instances
+                    ]
+                    for service, instances in self.instances.items()
+                },
+            }
+            write_state(self.config.data_dir, state)
+
+    def _all_processes(self) -> list[ManagedProcess]:
+        """Services first, then the servers (the order `stop` falls back on)."""
+        services = [i.process for s in (GATEWAY, *GRPC_SERVICES) for i in self.instances.get(s, [])]
+        servers = [s.process for s in self.infra.servers.values()] if self.infra else []
+        return services + servers
