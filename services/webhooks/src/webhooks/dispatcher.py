@@ -381,8 +381,10 @@ class Dispatcher:
         kind's claim stopped at the process limit (more may be due)."""
         full = False
         for kind, room in rooms.items():
+            if room.total <= 0:
+                continue  # not claimed for: nothing learnt
             mine = [delivery for delivery in claimed if delivery.kind is kind]
-            if room.total > 0 and len(mine) == room.total:
+            if len(mine) == room.total:
                 full = True
                 for key in [key for key in self._drained if key[1] is kind]:
                     del self._drained[key]
@@ -585,7 +587,7 @@ def _delivery_span(delivery: Claimed) -> AbstractContextManager[trace.Span]:
         attributes={
             "crm.webhook.id": delivery.webhook_id,
             "crm.webhook.delivery.id": delivery.id,
-            "crm.webhook.attempt": delivery.attempts + 1,
+            "crm.webhook.attempt": delivery.attempts,
             "crm.event.id": delivery.event_id,
         },
     )
