@@ -329,6 +329,7 @@ def main_on_own_stack(
             extra_env={
                 "LOG_LEVEL": "WARNING",
                 "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
+                "WEBHOOK_RETRY_DELAYS": "2,4,6",  # see bench_webhook_retries
                 "API_RATE_LIMITING_LIMIT": "100000000",  # workloads measure the API, not limits
             },
         )

@@ -55,6 +55,7 @@ BENCH_ENV = {
     "API_RATE_LIMITING_LIMIT": "1000000000",
     "ACCESS_TOKEN_EXPIRES_IN": "2h",
     "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
+    "WEBHOOK_RETRY_DELAYS": "2,4,6",  # bench_webhook_retries measures retries within seconds
 }
 
 
@@ -73,6 +74,7 @@ WORKLOADS = (
     Workload("burst", "bench.bench_burst"),
     Workload("rate_limit", "bench.bench_rate_limit"),
     Workload("webhooks", "bench.bench_webhooks"),
+    Workload("webhook_retries", "bench.bench_webhook_retries"),
     Workload("subscriptions", "bench.bench_subscriptions"),
     Workload("workflows", "bench.bench_workflows"),
 )

@@ -89,7 +89,7 @@ STRANGER_ELSEWHERE = Pod("other", {"app": "something-else"})
 CALLERS = {
     "identity": {"gateway"},
     "metadata": {"gateway", "identity", "webhooks", "workflows"},
-    "records": {"gateway", "metadata", "workflows"},
+    "records": {"gateway", "metadata", "webhooks", "workflows"},
     "webhooks": {"gateway"},
     "workflows": {"gateway"},
 }

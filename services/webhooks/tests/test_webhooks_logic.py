@@ -79,7 +79,7 @@ def test_body_has_the_spec_fields_in_order_with_records_embedded() -> None:
     assert decoded["timestamp"] == "2026-11-22T10:00:01.234Z"
     assert decoded["record"] == {"id": "r1", "city": "Paris"}
     assert decoded["previousRecord"] == {"id": "r1", "city": "London"}
-    assert not body.previous_record_omitted
+    assert body.truncated == ()
     created = orjson.loads(build_body(payload(previous_record=None)).content)
     assert created["previousRecord"] is None
 
@@ -87,12 +87,21 @@ def test_body_has_the_spec_fields_in_order_with_records_embedded() -> None:
 def test_oversized_bodies_drop_previous_record_then_fail() -> None:
     big = orjson.dumps({"id": "r1", "notes": "x" * 600_000}).decode()
     body = build_body(payload(record=big, previous_record=big))
-    assert body.previous_record_omitted
+    assert body.truncated == ("previousRecord",)
     assert orjson.loads(body.content)["previousRecord"] is None
     assert len(body.content) <= 1024 * 1024
     huge = orjson.dumps({"id": "r1", "notes": "x" * 1_100_000}).decode()
     with pytest.raises(PayloadTooLarge, match="over the 1048576 byte limit"):
         build_body(payload(record=huge, previous_record=None))
+
+
+def test_fields_the_event_left_out_are_named_in_the_truncation_header() -> None:
+    body = build_body(payload(previous_record=None), left_out=("previousRecord",))
+    assert body.truncated == ("previousRecord",)
+    assert orjson.loads(body.content)["previousRecord"] is None
+    gone = build_body(payload(record=None, previous_record=None), left_out=("record",))
+    assert gone.truncated == ("record",)
+    assert orjson.loads(gone.content)["record"] is None
 
 
 def test_iso_timestamp_is_utc_with_milliseconds() -> None:
@@ -194,6 +203,16 @@ def test_events_are_decoded_from_the_envelope() -> None:
     assert decoded.occurred_at == datetime(2026, 1, 1, tzinfo=UTC)
     assert decode(b"\xff\xff not protobuf") is None
     assert decode(events_pb2.RecordEvent(id="e2").SerializeToString()) is None
+    assert not decoded.record_omitted
+    assert not decoded.previous_record_omitted
+    event.record_json, event.record_omitted, event.previous_record_omitted = b"", True, True
+    trimmed = decode(event.SerializeToString())
+    assert trimmed is not None
+    assert (trimmed.record, trimmed.record_omitted, trimmed.previous_record_omitted) == (
+        None,
+        True,
+        True,
+    )
 
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -8,6 +8,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from crm.metadata.v1 import metadata_pb2_grpc
+from crm.records.v1 import records_pb2_grpc
 from crm.webhooks.v1 import webhooks_pb2, webhooks_pb2_grpc
 from crmkit import db, messaging
 from crmkit.grpc_client import open_channel
@@ -18,6 +19,7 @@ from crmkit.principal import PrincipalCodec
 from webhooks.dispatcher import Dispatcher
 from webhooks.intake import Intake
 from webhooks.metrics import WebhooksMetrics
+from webhooks.omitted import RecordReader
 from webhooks.sealing import SecretBox
 from webhooks.sender import Sender
 from webhooks.servicer import WebhookServicer
@@ -50,6 +52,8 @@ async def serve(settings: WebhooksSettings) -> None:
     observe_pools(registry, {"webhooks": pool, "webhooks-dispatch": dispatch_pool})
     nats = await messaging.connect(settings.NATS_URL, "webhooks")
     metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
+    records_channel = open_channel(settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT)
+    principals = PrincipalCodec(settings.APP_SECRET)
     policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)
     box = SecretBox(settings.APP_SECRET)
     http = guarded_session(
@@ -61,15 +65,15 @@ async def serve(settings: WebhooksSettings) -> None:
     background: list[Callable[[], Coroutine[Any, Any, None]]] = []
     on_redelivery: Callable[[], None] = lambda: None  # noqa: E731
     if settings.WEBHOOK_DELIVERER_ENABLED:
-        dispatcher = Dispatcher(
-            settings, dispatch_pool, Sender(http, settings.WEBHOOK_TIMEOUT), box, metrics
-        )
+        records = RecordReader(records_pb2_grpc.RecordsServiceStub(records_channel), principals)
+        sender = Sender(http, settings.WEBHOOK_TIMEOUT)
+        dispatcher = Dispatcher(settings, dispatch_pool, sender, box, metrics, records)
         intake = Intake(settings, nats, pool, metrics, dispatcher)
         background = [intake.run, dispatcher.run]
         on_redelivery = dispatcher.wake
     servicer = WebhookServicer(
         pool,
-        PrincipalCodec(settings.APP_SECRET),
+        principals,
         box,
         metadata_pb2_grpc.MetadataServiceStub(metadata_channel),
         policy,
@@ -78,6 +82,7 @@ async def serve(settings: WebhooksSettings) -> None:
 
     async def close_channel() -> None:
         await metadata_channel.close()
+        await records_channel.close()
 
     runtime = ServiceRuntime(
         bindings=[

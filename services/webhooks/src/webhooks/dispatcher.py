@@ -1,21 +1,28 @@
 """The sending half of the deliverer: claims due deliveries, attempts them, records outcomes.
 
-Claims use `FOR UPDATE SKIP LOCKED` and a lease: a claim moves `next_attempt_at` to the end of
-its lease and stamps the rows with its lease id, so replicas never claim the same delivery
-while its attempt may still be running; if a process dies mid-attempt, the lease runs out and
-the delivery is due again (at least once). Outcomes are written only by the lease holder.
+Claims use `FOR UPDATE SKIP LOCKED` and a lease: a claim counts the attempt (`attempts` + 1,
+`claimed_at`), moves `next_attempt_at` to the end of its lease (WEBHOOK_TIMEOUT + 5 s) and
+stamps the rows with this process's lease id, so replicas never claim the same delivery while
+its attempt may still be running. The process renews the leases of the rows it holds longer
+than half a lease, so a live deliverer keeps them however long they queue, and a dead one's are
+due again within a lease of its death (at least once). A claim that takes a row whose lease ran
+out logs the attempt that had no outcome (it may have reached the receiver). Outcomes are
+written only by the lease holder.
 
 The intake claims the deliveries it queues in the same statement (`claiming` gives it the room
-left and a lease; `adopt` starts them), so a fresh event costs no claim round trip; rows beyond
+left and the lease; `adopt` starts them), so a fresh event costs no claim round trip; rows beyond
 the room are queued due, for the claims below.
 
+First attempts and retries (any later attempt) are two kinds, claimed from two indexes and
+queued apart, so a backlog of fresh deliveries never hides a due retry: the dispatcher sleeps
+until the next retry (or lease end) falls due, and the process wakes it when it schedules one.
 Concurrency is bounded twice: WEBHOOK_MAX_CONCURRENCY attempts in the process, and
-WEBHOOK_MAX_CONCURRENCY_PER_TARGET (P) per target (scheme://host:port). To spare a database
-round trip per attempt, a target may hold up to 2P claimed deliveries: P running and P queued in
-the process; it is claimed for again once it is down to P. A claim asks only for targets with
-room, so a slow or dead endpoint holds at most its own 2P rows and P running slots while the
-others' deliveries keep flowing; every attempt ends within WEBHOOK_TIMEOUT, and each row's lease
-covers the attempts queued before it (ceil(position / P) timeouts, plus a margin).
+WEBHOOK_MAX_CONCURRENCY_PER_TARGET (P) per target (scheme://host:port), whose slots go to the
+two kinds in turn (`webhooks.slots`). To spare a database round trip per attempt, a target may
+hold up to 2P claimed deliveries of each kind: P running and P queued in the process; it is
+claimed for again once it is down to P. A claim asks only for targets with room, so a slow or
+dead endpoint holds at most its own rows and P running slots while the others' deliveries keep
+flowing; every attempt ends within WEBHOOK_TIMEOUT.
 
 Outcomes are written in batches: a delivery succeeds on a 2xx, otherwise the next retry is
 scheduled after WEBHOOK_RETRY_DELAYS[attempt - 1], and after the last one it fails.
@@ -47,15 +54,18 @@ from crmkit.http_send import HttpAttempt
 from crmkit.retries import next_step, wait_until_due
 from crmkit.telemetry import extract_context, span_recordable
 from webhooks.metrics import WebhooksMetrics
-from webhooks.payload import EventPayload, PayloadTooLarge, build_body
+from webhooks.omitted import RecordReader, RecordUnavailable
+from webhooks.payload import Body, EventPayload, PayloadTooLarge, build_body
 from webhooks.sealing import SecretBox, SecretUnavailable
 from webhooks.sender import Sender
 from webhooks.settings import WebhooksSettings
+from webhooks.slots import Kind, TargetSlots
 
 log = logging.getLogger("webhooks.dispatcher")
 _tracer = trace.get_tracer("webhooks.dispatcher")
 
-_LEASE_MARGIN_SECONDS = 10.0
+_LEASE_MARGIN_SECONDS = 5.0
+_RENEW_CHECK_SECONDS = 1.0
 _MAX_IDLE_SECONDS = 1.0
 _CANDIDATE_FACTOR = 2  # rows scanned per row claimed, so busy targets do not starve the claim
 _FLUSH_BATCH = 500
@@ -65,57 +75,81 @@ _FLUSH_LINGER_SECONDS = 0.05
 _GAUGE_SECONDS = 5.0
 _PRUNE_SECONDS = 600.0
 _PRUNE_CHUNK = 1000
+LOST_ATTEMPT = "no outcome recorded: the deliverer stopped during this attempt"
 
+# $1..$3 what this process holds per target (first attempts, retries), $4/$5 targets with a full
+# wave queued of each kind, $6/$7 rows of each kind to take, $8 P, $9 lease seconds, $10 the
+# lease, $11 the error logged for an attempt whose lease ran out, $12 candidates per row taken.
 # Candidates are read without locks and only the chosen rows are locked (SKIP LOCKED) and
 # rechecked: locking every candidate wrote a lock to rows that were not taken, most of them when
 # one busy target fills the due queue.
 _CLAIM = """
 WITH room AS (
-    SELECT * FROM unnest($2::text[], $3::int[]) AS r(origin, claimed)
+    SELECT * FROM unnest($1::text[], $2::int[], $3::int[]) AS r(origin, first_held, retry_held)
 ), candidates AS (
-    SELECT d.id, d.next_attempt_at, w.target_origin
-    FROM webhooks.deliveries d JOIN webhooks.webhooks w ON w.id = d.webhook_id
-    WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.is_active
-      AND NOT (w.target_origin = ANY($4::text[]))
-    ORDER BY d.next_attempt_at
-    LIMIT $5
+    (SELECT d.id, d.next_attempt_at, true AS retry, w.target_origin
+     FROM webhooks.deliveries d JOIN webhooks.webhooks w ON w.id = d.webhook_id
+     WHERE d.status = 'pending' AND d.attempts > 0 AND d.next_attempt_at <= now() AND w.is_active
+       AND NOT (w.target_origin = ANY($5::text[])) AND d.lease IS DISTINCT FROM $10::uuid
+     ORDER BY d.next_attempt_at
+     LIMIT $7::int * $12::int)
+    UNION ALL
+    (SELECT d.id, d.next_attempt_at, false, w.target_origin
+     FROM webhooks.deliveries d JOIN webhooks.webhooks w ON w.id = d.webhook_id
+     WHERE d.status = 'pending' AND d.attempts = 0 AND d.next_attempt_at <= now()
+       AND w.is_active AND NOT (w.target_origin = ANY($4::text[]))
+     ORDER BY d.next_attempt_at
+     LIMIT $6::int * $12::int)
 ), ranked AS (
-    SELECT c.id, c.next_attempt_at,
-           coalesce(r.claimed, 0)
-             + row_number() OVER (PARTITION BY c.target_origin
+    SELECT c.id, c.next_attempt_at, c.retry,
+           CASE WHEN c.retry THEN coalesce(r.retry_held, 0) ELSE coalesce(r.first_held, 0) END
+             + row_number() OVER (PARTITION BY c.target_origin, c.retry
                                   ORDER BY c.next_attempt_at, c.id) AS position
     FROM candidates c LEFT JOIN room r ON r.origin = c.target_origin
+), fitting AS (
+    SELECT id, next_attempt_at, retry,
+           row_number() OVER (PARTITION BY retry ORDER BY next_attempt_at, id) AS taken
+    FROM ranked WHERE position <= 2 * $8::int
 ), chosen AS (
-    SELECT id, next_attempt_at AS due,
-           ceil(position::float8 / $6) * $7 + $8 AS lease_seconds
-    FROM ranked WHERE position <= 2 * $6 ORDER BY next_attempt_at LIMIT $1
+    SELECT id, next_attempt_at AS due FROM fitting
+    WHERE taken <= CASE WHEN retry THEN $7::int ELSE $6::int END
 ), locked AS (
-    SELECT d.id FROM webhooks.deliveries d
+    SELECT d.id, d.lease AS old_lease, d.attempts AS old_attempts, d.claimed_at AS old_claimed_at
+    FROM webhooks.deliveries d
     WHERE d.id = ANY(ARRAY(SELECT id FROM chosen)) AND d.status = 'pending'
       AND d.next_attempt_at <= now()
     FOR UPDATE SKIP LOCKED
+), lost AS (
+    INSERT INTO webhooks.delivery_attempts (delivery_id, attempt, attempted_at, status_code,
+                                            latency_ms, error)
+    SELECT id, old_attempts, coalesce(old_claimed_at, now()), NULL, 0, $11::text
+    FROM locked WHERE old_lease IS NOT NULL AND old_attempts > 0
+    ON CONFLICT DO NOTHING
 ), claimed AS (
     UPDATE webhooks.deliveries d
-    SET next_attempt_at = now() + make_interval(secs => chosen.lease_seconds), lease = $9
+    SET attempts = d.attempts + 1, claimed_at = now(),
+        next_attempt_at = now() + make_interval(secs => $9::float8), lease = $10::uuid
     FROM chosen, locked, webhooks.webhooks w, webhooks.events e
     WHERE d.id = chosen.id AND locked.id = d.id AND w.id = d.webhook_id AND e.id = d.event_id
     RETURNING d.id::text, d.workspace_id::text, d.webhook_id::text, d.event_id::text,
               d.operation, d.attempts, w.target_url, w.target_origin, w.secret_sealed,
               e.record::text AS record, e.previous_record::text AS previous_record,
-              e.occurred_at, e.trace_context::text AS trace_context, chosen.due
+              e.occurred_at, e.trace_context::text AS trace_context, e.object,
+              e.record_id::text AS record_id, e.record_omitted, e.previous_record_omitted,
+              chosen.due
 )
 SELECT * FROM claimed ORDER BY due
 """
 
+# Outcomes of this process's attempts ($9: its lease), each for the attempt it claimed.
 _RECORD = """
 WITH results AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::int[],
+    SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::timestamptz[], $5::int[],
                          $6::int[], $7::text[], $8::float8[])
-        AS r(id, lease, outcome, attempted_at, status_code, latency_ms, error, retry_in)
+        AS r(id, attempt, outcome, attempted_at, status_code, latency_ms, error, retry_in)
 ), updated AS (
     UPDATE webhooks.deliveries d
-    SET attempts = d.attempts + 1,
-        status = CASE r.outcome WHEN 'retry' THEN 'pending' ELSE r.outcome END,
+    SET status = CASE r.outcome WHEN 'retry' THEN 'pending' ELSE r.outcome END,
         next_attempt_at = CASE WHEN r.outcome = 'retry'
                                THEN now() + make_interval(secs => r.retry_in) END,
         lease = NULL,
@@ -124,7 +158,7 @@ WITH results AS (
         finished_at = CASE WHEN r.outcome <> 'retry' THEN now() END,
         updated_at = clock_timestamp()
     FROM results r
-    WHERE d.id = r.id AND d.lease = r.lease
+    WHERE d.id = r.id AND d.lease = $9 AND d.attempts = r.attempt
     RETURNING d.id, d.attempts
 )
 INSERT INTO webhooks.delivery_attempts (delivery_id, attempt, attempted_at, status_code,
@@ -134,7 +168,24 @@ FROM updated u JOIN results r ON r.id = u.id
 ON CONFLICT DO NOTHING
 """
 
-_NEXT_DUE = "SELECT min(next_attempt_at) FROM webhooks.deliveries WHERE status = 'pending'"
+_RENEW = """
+UPDATE webhooks.deliveries SET next_attempt_at = now() + make_interval(secs => $3)
+WHERE id = ANY($1::uuid[]) AND lease = $2 AND status = 'pending'
+"""
+
+# Rows a stopping process claimed but never sent: given back uncounted, due at once.
+_RELEASE = """
+UPDATE webhooks.deliveries
+SET attempts = attempts - 1, lease = NULL, claimed_at = NULL, next_attempt_at = now()
+WHERE id = ANY($1::uuid[]) AND lease = $2 AND status = 'pending'
+"""
+_RELEASE_SECONDS = 2.0
+
+# The next retry or lease end to fall due (first attempts are due when queued).
+_NEXT_DUE = """
+SELECT min(next_attempt_at) FROM webhooks.deliveries
+WHERE status = 'pending' AND attempts > 0 AND next_attempt_at > now()
+"""
 _PENDING = "SELECT count(*) FROM webhooks.deliveries WHERE status = 'pending'"
 # Events (with their deliveries, by cascade) past the retention and no longer needed.
 _PRUNE = """
@@ -153,7 +204,7 @@ class Claimed:
     webhook_id: str
     event_id: str
     operation: str
-    attempts: int  # before this attempt
+    attempts: int  # counting this attempt
     target_url: str
     target_origin: str
     secret_sealed: bytes
@@ -161,21 +212,27 @@ class Claimed:
     previous_record: str | None
     occurred_at: datetime
     trace_context: str  # JSON object of W3C trace headers stored with the event
+    object: str
+    record_id: str
+    record_omitted: bool  # left out of the event for size: read it by id
+    previous_record_omitted: bool
     lease: uuid.UUID
+
+    @property
+    def kind(self) -> Kind:
+        return Kind.FIRST if self.attempts <= 1 else Kind.RETRY
 
 
 @dataclass(frozen=True)
 class Room:
-    """What a claim may take: `total` rows in all, each target up to 2 x `per_target` counting
-    the `held` ones, each row leased by `lease` for `ceil(position / per_target) x timeout +
-    margin` seconds (position in its target's queue)."""
+    """What a claim may take of one kind: `total` rows in all, each target up to 2 x
+    `per_target` counting the `held` ones, each row leased by `lease` for `lease_seconds`."""
 
     lease: uuid.UUID
     total: int
     held: dict[str, int]
     per_target: int
-    timeout: float
-    margin: float
+    lease_seconds: float
 
 
 @dataclass(frozen=True)
@@ -194,20 +251,27 @@ class Dispatcher:
         sender: Sender,
         box: SecretBox,
         metrics: WebhooksMetrics,
+        records: RecordReader,
     ) -> None:
         self._settings = settings
         self._pool = pool
         self._sender = sender
         self._box = box
         self._metrics = metrics
+        self._records = records
         self._delays = settings.retry_delays
         self._per_target = settings.WEBHOOK_MAX_CONCURRENCY_PER_TARGET
-        self._max_claimed = 2 * settings.WEBHOOK_MAX_CONCURRENCY
+        self._max_claimed = 2 * settings.WEBHOOK_MAX_CONCURRENCY  # of each kind
+        self._lease = uuid.uuid4()  # this process's: outcomes and renewals are its rows only
+        self._lease_seconds = settings.WEBHOOK_TIMEOUT + _LEASE_MARGIN_SECONDS
         self._running = asyncio.Semaphore(settings.WEBHOOK_MAX_CONCURRENCY)
         self._wake = asyncio.Event()
-        self._claimed: Counter[str] = Counter()  # target -> claimed, running or queued
-        self._target_slots: dict[str, asyncio.Semaphore] = {}
-        self._drained: dict[str, bool] = {}  # target -> its last claim took every due row
+        # kind -> target -> claimed, running or queued
+        self._held: dict[Kind, Counter[str]] = {kind: Counter() for kind in Kind}
+        self._target_slots: dict[str, TargetSlots] = {}
+        self._drained: dict[tuple[str, Kind], bool] = {}  # its last claim took every due row
+        self._leased_at: dict[str, float] = {}  # delivery id -> when its lease was last set
+        self._sending: set[str] = set()  # deliveries whose attempt has started
         self._tasks: set[asyncio.Task[None]] = set()
         self._claiming = asyncio.Lock()  # one claim (or intake adoption) at a time
         self._outcomes: asyncio.Queue[Outcome] = asyncio.Queue()
@@ -219,10 +283,10 @@ class Dispatcher:
 
     @asynccontextmanager
     async def claiming(self) -> AsyncIterator[Room]:
-        """The room for rows claimed while this is held (the intake's, see `adopt`); claims of
-        this process wait meanwhile so the room is not given twice."""
+        """The room for first attempts claimed while this is held (the intake's, see `adopt`);
+        claims of this process wait meanwhile so the room is not given twice."""
         async with self._claiming:
-            yield self._room()
+            yield self._room(Kind.FIRST)
 
     def adopt(self, claimed: list[Claimed], left_due: set[str]) -> None:
         """Starts deliveries the intake queued and leased with the room of `claiming`.
@@ -232,123 +296,157 @@ class Dispatcher:
         for target in {delivery.target_origin for delivery in claimed} | left_due:
             # Nothing else due known for a target all of whose new rows were taken (the idle
             # rounds, at most a second apart, find rows others left due).
-            self._drained[target] = target not in left_due and self._drained.get(target, True)
+            key = (target, Kind.FIRST)
+            self._drained[key] = target not in left_due and self._drained.get(key, True)
         if left_due:
             self._wake.set()
 
-    def _room(self) -> Room:
+    def _room(self, kind: Kind) -> Room:
+        held = self._held[kind]
         return Room(
-            lease=uuid.uuid4(),
-            total=self._max_claimed - sum(self._claimed.values()),
-            held=dict(self._claimed),
+            lease=self._lease,
+            total=self._max_claimed - sum(held.values()),
+            held=dict(held),
             per_target=self._per_target,
-            timeout=self._settings.WEBHOOK_TIMEOUT,
-            margin=_LEASE_MARGIN_SECONDS,
+            lease_seconds=self._lease_seconds,
         )
 
     async def run(self) -> None:
-        writer = asyncio.create_task(self._write_outcomes(), name="webhook-outcomes")
+        helpers = [
+            asyncio.create_task(self._write_outcomes(), name="webhook-outcomes"),
+            asyncio.create_task(self._renew_leases(), name="webhook-leases"),
+        ]
         try:
             while True:
                 await retry_while_unavailable(self._round, "dispatch round failed", log)
         finally:
-            writer.cancel()
-            for task in list(self._tasks):
+            unsent = [i for i in self._leased_at if i not in self._sending]
+            for task in [*helpers, *self._tasks]:
                 task.cancel()
-            await asyncio.gather(writer, *self._tasks, return_exceptions=True)
+            await asyncio.gather(*helpers, *self._tasks, return_exceptions=True)
+            await self._release(unsent)
+
+    async def _release(self, unsent: list[str]) -> None:
+        """On a clean stop, gives back the claimed rows not sent yet (best effort: otherwise
+        their lease runs out and the log shows an attempt without outcome)."""
+        if not unsent:
+            return
+        try:
+            await asyncio.wait_for(
+                self._pool.execute(_RELEASE, unsent, self._lease), _RELEASE_SECONDS
+            )
+        except Exception as exc:  # the database is gone too: the leases will run out
+            log.warning("could not give back unsent deliveries: %s", exc)
 
     async def _round(self) -> None:
         self._wake.clear()
         await self._housekeeping()
-        async with self.claiming() as space:
-            room = space.total
-            claimed = await self._claim(space) if room > 0 else []
-            self._note_drained(space.held, claimed, room)
+        async with self._claiming:
+            rooms = {kind: self._room(kind) for kind in Kind}
+            claimed = await self._claim(rooms) if any(r.total > 0 for r in rooms.values()) else []
+            full = self._note_drained(rooms, claimed)
             for delivery in claimed:
                 self._start(delivery)
-        if claimed and len(claimed) == room:
+        if full:
             return  # maybe more due: go again once claims drain (an attempt ending wakes us)
-        # Sleep until the next retry falls due. Rows already due but not claimed wait for a
-        # busy target or another replica's lease: attempts ending or new rows wake us.
-        due = await self._pool.fetchval(_NEXT_DUE) if room > 0 else None
+        # Sleep until the next retry or lease end falls due (this process's own retries wake it
+        # when written). Rows already due but not claimed wait for a busy target: attempts
+        # ending or new rows wake us.
+        due = await self._pool.fetchval(_NEXT_DUE) if rooms[Kind.RETRY].total > 0 else None
         await wait_until_due(self._wake, due, _MAX_IDLE_SECONDS)
 
-    async def _claim(self, room: Room) -> list[Claimed]:
-        # A target with more than P claimed still has a full wave queued: skip it this time.
-        busy = [target for target, count in room.held.items() if count > room.per_target]
+    async def _claim(self, rooms: dict[Kind, Room]) -> list[Claimed]:
+        first, retry = rooms[Kind.FIRST], rooms[Kind.RETRY]
+        targets = sorted(set(first.held) | set(retry.held))
         rows = await self._pool.fetch(
             _CLAIM,
-            room.total,
-            list(room.held),
-            list(room.held.values()),
-            busy,
-            room.total * _CANDIDATE_FACTOR,
-            room.per_target,
-            room.timeout,
-            room.margin,
-            room.lease,
+            targets,
+            [first.held.get(target, 0) for target in targets],
+            [retry.held.get(target, 0) for target in targets],
+            # A target with more than P claimed of a kind still has a full wave of it queued.
+            [target for target, count in first.held.items() if count > self._per_target],
+            [target for target, count in retry.held.items() if count > self._per_target],
+            max(first.total, 0),
+            max(retry.total, 0),
+            self._per_target,
+            self._lease_seconds,
+            self._lease,
+            LOST_ATTEMPT,
+            _CANDIDATE_FACTOR,
         )
-        return [Claimed(*tuple(row)[:-1], lease=room.lease) for row in rows]  # type: ignore[misc]
+        return [Claimed(*tuple(row)[:-1], lease=self._lease) for row in rows]  # type: ignore[misc]
 
-    def _note_drained(self, held: dict[str, int], claimed: list[Claimed], room: int) -> None:
-        """Remember the targets that had no more due rows than this claim took."""
-        if len(claimed) == room:
-            self._drained.clear()  # the claim stopped at the process limit: more may be due
-            return
-        got = Counter(delivery.target_origin for delivery in claimed)
-        for target in set(held) | set(got):
-            if held.get(target, 0) > self._per_target:
-                continue  # skipped by this claim: nothing learnt
-            self._drained[target] = got[target] < 2 * self._per_target - held.get(target, 0)
+    def _note_drained(self, rooms: dict[Kind, Room], claimed: list[Claimed]) -> bool:
+        """Remember the targets that had no more due rows than this claim took; True when a
+        kind's claim stopped at the process limit (more may be due)."""
+        full = False
+        for kind, room in rooms.items():
+            if room.total <= 0:
+                continue  # not claimed for: nothing learnt
+            mine = [delivery for delivery in claimed if delivery.kind is kind]
+            if len(mine) == room.total:
+                full = True
+                for key in [key for key in self._drained if key[1] is kind]:
+                    del self._drained[key]
+                continue
+            got = Counter(delivery.target_origin for delivery in mine)
+            for target in set(room.held) | set(got):
+                if room.held.get(target, 0) > self._per_target:
+                    continue  # skipped by this claim: nothing learnt
+                self._drained[(target, kind)] = got[target] < 2 * self._per_target - room.held.get(
+                    target, 0
+                )
+        return full
 
     def _start(self, delivery: Claimed) -> None:
         target = delivery.target_origin
-        self._claimed[target] += 1
+        self._held[delivery.kind][target] += 1
         if target not in self._target_slots:
-            self._target_slots[target] = asyncio.Semaphore(self._per_target)
+            self._target_slots[target] = TargetSlots(self._per_target)
+        self._leased_at[delivery.id] = time.monotonic()
         task = asyncio.create_task(self._queued_attempt(delivery))
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._finished(delivery, done))
 
     async def _queued_attempt(self, delivery: Claimed) -> None:
-        async with self._target_slots[delivery.target_origin], self._running:
-            self._metrics.in_flight.inc()
-            try:
-                with _delivery_span(delivery):
-                    await self._attempt(delivery)
-            finally:
-                self._metrics.in_flight.dec()
+        slots = self._target_slots[delivery.target_origin]
+        await slots.acquire(delivery.kind)
+        try:
+            async with self._running:
+                self._sending.add(delivery.id)
+                self._metrics.in_flight.inc()
+                try:
+                    with _delivery_span(delivery):
+                        await self._attempt(delivery)
+                finally:
+                    self._metrics.in_flight.dec()
+        finally:
+            slots.release()
 
     def _finished(self, delivery: Claimed, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        target = delivery.target_origin
-        self._claimed[target] -= 1
-        left = self._claimed[target]
+        self._leased_at.pop(delivery.id, None)
+        self._sending.discard(delivery.id)
+        target, kind = delivery.target_origin, delivery.kind
+        held = self._held[kind]
+        held[target] -= 1
+        left = held[target]
         if left <= 0:
-            del self._claimed[target]
-            del self._target_slots[target]
-        # Claim again once this target is down to one wave, unless its last claim found no more
-        # due rows (new rows wake us themselves), or when the process limit frees up.
-        if (left <= self._per_target and not self._drained.get(target, False)) or sum(
-            self._claimed.values()
+            del held[target]
+            if all(target not in counts for counts in self._held.values()):
+                del self._target_slots[target]
+        # Claim again once this target is down to one wave of the kind, unless its last claim
+        # found no more due rows (new rows wake us themselves), or when the process limit frees.
+        if (left <= self._per_target and not self._drained.get((target, kind), False)) or sum(
+            held.values()
         ) == self._max_claimed - 1:
             self._wake.set()
         if left <= 0:
-            self._drained.pop(target, None)
+            self._drained.pop((target, kind), None)
 
     async def _attempt(self, delivery: Claimed) -> None:
         try:
-            body = build_body(
-                EventPayload(
-                    event_id=delivery.event_id,
-                    workspace_id=delivery.workspace_id,
-                    webhook_id=delivery.webhook_id,
-                    operation=delivery.operation,
-                    occurred_at=delivery.occurred_at,
-                    record=delivery.record,
-                    previous_record=delivery.previous_record,
-                )
-            )
+            body = await self._body(delivery)
             secret = self._box.open(delivery.webhook_id, delivery.secret_sealed)
         except (PayloadTooLarge, SecretUnavailable) as exc:
             # Nothing can be sent, now or later: fail at once, saying why.
@@ -356,8 +454,36 @@ class Dispatcher:
             result = HttpAttempt(False, None, "", 0, str(exc), now)
             self._outcomes.put_nowait(Outcome(delivery, result, "failed", 0.0))
             return
+        except RecordUnavailable as exc:  # a failed attempt: retried on the schedule
+            result = HttpAttempt(False, None, "", 0, str(exc), datetime.now(UTC))
+            self._outcomes.put_nowait(self._judge(delivery, result))
+            return
         result = await self._sender.send(delivery.target_url, secret, body)
         self._outcomes.put_nowait(self._judge(delivery, result))
+
+    async def _body(self, delivery: Claimed) -> Body:
+        """The body, with a record the relay left out read again (its current state)."""
+        record, left_out = delivery.record, []
+        if delivery.record_omitted:
+            record = await self._records.current(
+                delivery.workspace_id, delivery.object, delivery.record_id
+            )
+            if record is None:
+                left_out.append("record")  # gone since: nothing to send
+        if delivery.previous_record_omitted:
+            left_out.append("previousRecord")
+        return build_body(
+            EventPayload(
+                event_id=delivery.event_id,
+                workspace_id=delivery.workspace_id,
+                webhook_id=delivery.webhook_id,
+                operation=delivery.operation,
+                occurred_at=delivery.occurred_at,
+                record=record,
+                previous_record=delivery.previous_record,
+            ),
+            left_out=tuple(left_out),
+        )
 
     def _judge(self, delivery: Claimed, result: HttpAttempt) -> Outcome:
         self._metrics.attempt_duration.observe(result.latency_ms / 1000)
@@ -366,7 +492,7 @@ class Dispatcher:
                 max((datetime.now(UTC) - delivery.occurred_at).total_seconds(), 0.0)
             )
         outcome, retry_in = next_step(
-            delivery.attempts + 1, result.ok, self._delays, success="delivered"
+            delivery.attempts, result.ok, self._delays, success="delivered"
         )
         if outcome != "delivered":
             log.info(
@@ -374,7 +500,7 @@ class Dispatcher:
                 extra={
                     "delivery_id": delivery.id,
                     "webhook_id": delivery.webhook_id,
-                    "attempt": delivery.attempts + 1,
+                    "attempt": delivery.attempts,
                     "status_code": result.status_code,
                     "latency_ms": result.latency_ms,
                     "error": result.error,
@@ -384,6 +510,7 @@ class Dispatcher:
         return Outcome(delivery, result, outcome, retry_in)
 
     async def _write_outcomes(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             batch = [await self._outcomes.get()]
             if self._outcomes.qsize() < _FLUSH_BATCH:
@@ -396,19 +523,43 @@ class Dispatcher:
             )
             for item in batch:
                 self._metrics.attempts.labels(item.outcome).inc()
+            # Claim each retry when it falls due rather than at the next idle round.
+            for delay in sorted({item.retry_in for item in batch if item.outcome == "retry"}):
+                loop.call_later(delay, self._wake.set)
 
     async def _record(self, batch: list[Outcome]) -> None:
         await self._pool.execute(
             _RECORD,
             [item.delivery.id for item in batch],
-            [item.delivery.lease for item in batch],
+            [item.delivery.attempts for item in batch],
             [item.outcome for item in batch],
             [item.result.attempted_at for item in batch],
             [item.result.status_code for item in batch],
             [item.result.latency_ms for item in batch],
             [item.result.error for item in batch],
             [item.retry_in for item in batch],
+            self._lease,
         )
+
+    async def _renew_leases(self) -> None:
+        """Keeps the leases of the rows this process holds (queued or in flight) from running
+        out: each is renewed once it is half through."""
+        while True:
+            await asyncio.sleep(_RENEW_CHECK_SECONDS)
+            now = time.monotonic()
+            due = [i for i, at in self._leased_at.items() if now - at > self._lease_seconds / 2]
+            if not due:
+                continue
+            await retry_while_unavailable(
+                functools.partial(
+                    self._pool.execute, _RENEW, due, self._lease, self._lease_seconds
+                ),
+                "cannot renew delivery leases",
+                log,
+            )
+            for delivery_id in due:
+                if delivery_id in self._leased_at:
+                    self._leased_at[delivery_id] = now
 
     async def _housekeeping(self) -> None:
         now = time.monotonic()
@@ -436,7 +587,7 @@ def _delivery_span(delivery: Claimed) -> AbstractContextManager[trace.Span]:
         attributes={
             "crm.webhook.id": delivery.webhook_id,
             "crm.webhook.delivery.id": delivery.id,
-            "crm.webhook.attempt": delivery.attempts + 1,
+            "crm.webhook.attempt": delivery.attempts,
             "crm.event.id": delivery.event_id,
         },
     )

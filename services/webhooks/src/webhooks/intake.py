@@ -49,16 +49,17 @@ _tracer = trace.get_tracer("webhooks.intake")
 DURABLE = "webhooks-deliverer"
 BATCH = 256
 
-# $1..$10: the batch as parallel arrays; $11..$16 the dispatcher's room (`Room`). Returns the
+# $1..$12: the batch as parallel arrays; $13..$18 the dispatcher's room (`Room`). Returns the
 # routing version this statement saw, and one row per delivery queued: leased to this process
 # (with what the attempt needs) or left due for a later claim.
 _INTAKE = """
 WITH incoming AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::uuid[],
-                         $6::text[], $7::text[], $8::timestamptz[], $9::bigint[], $10::text[])
+                         $6::text[], $7::text[], $8::timestamptz[], $9::bigint[], $10::text[],
+                         $11::bool[], $12::bool[])
         WITH ORDINALITY
         AS i(id, workspace_id, object, action, record_id, record, previous_record, occurred_at,
-             sequence, trace_context, position)
+             sequence, trace_context, record_omitted, previous_record_omitted, position)
 ), matched AS (
     SELECT i.id AS event_id, i.position, i.object || '.' || i.action AS operation,
            w.id AS webhook_id, w.workspace_id, w.target_origin
@@ -67,31 +68,33 @@ WITH incoming AS (
      AND w.operations && ARRAY[i.object || '.' || i.action, i.object || '.*',
                                '*.' || i.action, '*.*']
 ), room AS (
-    SELECT * FROM unnest($11::text[], $12::int[]) AS r(origin, claimed)
+    SELECT * FROM unnest($13::text[], $14::int[]) AS r(origin, claimed)
 ), ranked AS (
     SELECT m.*, coalesce(r.claimed, 0) + row_number() OVER (
                PARTITION BY m.target_origin ORDER BY m.position, m.webhook_id) AS slot
     FROM matched m LEFT JOIN room r ON r.origin = m.target_origin
 ), placed AS (
-    SELECT ranked.*, slot <= 2 * $14::int AND sum((slot <= 2 * $14::int)::int) OVER (
-               ORDER BY position, webhook_id ROWS UNBOUNDED PRECEDING) <= $13::int AS leased
+    SELECT ranked.*, slot <= 2 * $16::int AND sum((slot <= 2 * $16::int)::int) OVER (
+               ORDER BY position, webhook_id ROWS UNBOUNDED PRECEDING) <= $15::int AS leased
     FROM ranked
 ), stored AS (
     INSERT INTO webhooks.events (id, workspace_id, object, action, record_id, record,
-                                 previous_record, occurred_at, sequence, trace_context)
+                                 previous_record, occurred_at, sequence, trace_context,
+                                 record_omitted, previous_record_omitted)
     SELECT i.id, i.workspace_id, i.object, i.action, i.record_id, i.record::json,
-           i.previous_record::json, i.occurred_at, i.sequence, i.trace_context::jsonb
+           i.previous_record::json, i.occurred_at, i.sequence, i.trace_context::jsonb,
+           i.record_omitted, i.previous_record_omitted
     FROM incoming i WHERE i.id IN (SELECT event_id FROM matched)
     ON CONFLICT (id) DO NOTHING
 ), queued AS (
     INSERT INTO webhooks.deliveries (id, workspace_id, webhook_id, event_id, operation,
-                                     next_attempt_at, lease)
+                                     next_attempt_at, lease, attempts, claimed_at)
     SELECT gen_random_uuid(), p.workspace_id, p.webhook_id, p.event_id, p.operation,
-           CASE WHEN p.leased
-                THEN now() + make_interval(
-                    secs => ceil(p.slot::float8 / $14::int) * $15::float8 + $16::float8)
-                ELSE now() END,
-           CASE WHEN p.leased THEN $17::uuid END
+           CASE WHEN p.leased THEN now() + make_interval(secs => $17::float8) ELSE now() END,
+           CASE WHEN p.leased THEN $18::uuid END,
+           -- a leased row's first attempt is counted now, as a claim counts it
+           CASE WHEN p.leased THEN 1 ELSE 0 END,
+           CASE WHEN p.leased THEN now() END
     FROM placed p
     ON CONFLICT (webhook_id, event_id) WHERE redelivery_of IS NULL DO NOTHING
     RETURNING id, workspace_id, webhook_id, event_id, operation, lease
@@ -116,6 +119,8 @@ class DecodedEvent:
     occurred_at: Any
     sequence: int
     trace_context: str = "{}"  # JSON object of W3C trace headers
+    record_omitted: bool = False  # left out by the relay for size (docs/events.md)
+    previous_record_omitted: bool = False
 
 
 def decode(data: bytes) -> DecodedEvent | None:
@@ -140,6 +145,8 @@ def decode(data: bytes) -> DecodedEvent | None:
         ),
         occurred_at=event.occurred_at.ToDatetime(tzinfo=UTC),
         sequence=event.sequence,
+        record_omitted=event.record_omitted,
+        previous_record_omitted=event.previous_record_omitted,
     )
 
 
@@ -253,6 +260,8 @@ def _columns(events: list[DecodedEvent]) -> tuple[list[Any], ...]:
         [e.occurred_at for e in events],
         [e.sequence for e in events],
         [e.trace_context for e in events],
+        [e.record_omitted for e in events],
+        [e.previous_record_omitted for e in events],
     )
 
 
@@ -262,8 +271,7 @@ def _room_args(room: Room) -> tuple[Any, ...]:
         list(room.held.values()),
         room.total,
         room.per_target,
-        room.timeout,
-        room.margin,
+        room.lease_seconds,
         room.lease,
     )
 
@@ -277,7 +285,7 @@ def _claimed(row: Any, event: DecodedEvent, lease: uuid.UUID) -> Claimed:
         webhook_id=webhook_id,
         event_id=event_id,
         operation=operation,
-        attempts=0,
+        attempts=1,
         target_url=url,
         target_origin=origin,
         secret_sealed=sealed,
@@ -285,6 +293,10 @@ def _claimed(row: Any, event: DecodedEvent, lease: uuid.UUID) -> Claimed:
         previous_record=event.previous_record,
         occurred_at=event.occurred_at,
         trace_context=event.trace_context,
+        object=event.object,
+        record_id=event.record_id,
+        record_omitted=event.record_omitted,
+        previous_record_omitted=event.previous_record_omitted,
         lease=lease,
     )
 

@@ -30,7 +30,7 @@ class EventPayload:
 @dataclass(frozen=True)
 class Body:
     content: bytes
-    previous_record_omitted: bool
+    truncated: tuple[str, ...]  # fields sent as null for size: the X-Service-Payload-Truncated
 
 
 def iso_timestamp(value: datetime) -> str:
@@ -53,14 +53,17 @@ def _encode(payload: EventPayload, previous: str | None) -> bytes:
     )
 
 
-def build_body(payload: EventPayload, limit: int = MAX_PAYLOAD_BYTES) -> Body:
-    """The body as sent. Over `limit` bytes, previousRecord is sent as null (and the delivery
-    says so in a header); if that is still too large, PayloadTooLarge."""
+def build_body(
+    payload: EventPayload, left_out: tuple[str, ...] = (), limit: int = MAX_PAYLOAD_BYTES
+) -> Body:
+    """The body as sent. `left_out`: fields already missing from the event for size (sent as
+    null, named in the header). Over `limit` bytes, previousRecord is sent as null too (and
+    named); if that is still too large, PayloadTooLarge."""
     content = _encode(payload, payload.previous_record)
     if len(content) <= limit:
-        return Body(content, previous_record_omitted=False)
+        return Body(content, left_out)
     if payload.previous_record is not None:
         content = _encode(payload, None)
         if len(content) <= limit:
-            return Body(content, previous_record_omitted=True)
+            return Body(content, (*left_out, "previousRecord"))
     raise PayloadTooLarge(f"the payload is {len(content)} bytes, over the {limit} byte limit")

@@ -30,8 +30,8 @@ class Sender:
             SIGNATURE_HEADER: signature(secret, timestamp, body.content),
             TIMESTAMP_HEADER: str(timestamp),
         }
-        if body.previous_record_omitted:
-            headers[TRUNCATED_HEADER] = "previousRecord"
+        if body.truncated:
+            headers[TRUNCATED_HEADER] = ", ".join(body.truncated)
         return await send_request(
             self._session, "POST", url, headers=headers, body=body.content, timeout=self._timeout
         )
