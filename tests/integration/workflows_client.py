@@ -55,6 +55,7 @@ class Request:
     path: str  # with the query string
     headers: dict[str, str]  # names in lower case
     body: bytes
+    peer_port: int = 0  # the client's port: which connection carried the request
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -86,6 +87,7 @@ class Receiver:
                     self.path,
                     {key.lower(): value for key, value in self.headers.items()},
                     self.rfile.read(length),
+                    self.client_address[1],
                 )
                 with receiver._lock:
                     receiver.received.append(request)

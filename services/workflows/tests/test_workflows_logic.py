@@ -53,6 +53,24 @@ def test_urls_encode_values_and_dotted_paths_read_relations() -> None:
     assert templates.render_text("{{company.name}}/{{closeDate}}", RECORD, "x") == "Acme & Co/"
 
 
+def test_values_cannot_change_the_shape_of_the_url_or_a_form_body() -> None:
+    context = {"a": "..", "b": "x&role=admin", "c": "v1.2"}
+    url = templates.render_url(
+        "https://exämple.com/api/{{a}}/{{c}}/n?q={{b}}&v={{c}}", context, "f"
+    )
+    assert url == "https://xn--exmple-cua.com/api/%2E%2E/v1%2E2/n?q=x%26role%3Dadmin&v=v1.2"
+    form = templates.render_request(
+        "POST",
+        "https://x.example.com/",
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        "note={{b}}&n=1",
+        context,
+    )
+    assert form.body == "note=x%26role%3Dadmin&n=1"
+    with pytest.raises(TemplateError, match="control character"):
+        templates.render_request("GET", "https://x.example.com/", {"X": "{{a}}"}, "", {"a": "\0"})
+
+
 def test_missing_variables_and_malformed_templates_are_named() -> None:
     with pytest.raises(TemplateError, match=r"\{\{nope\}\} is not a field") as caught:
         templates.render_json('{"a": "{{nope}}"}', RECORD, "action.body")

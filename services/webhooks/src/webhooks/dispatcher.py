@@ -356,7 +356,7 @@ class Dispatcher:
             result = HttpAttempt(False, None, "", 0, str(exc), now)
             self._outcomes.put_nowait(Outcome(delivery, result, "failed", 0.0))
             return
-        result = await self._sender.send(delivery.target_url, secret, body)
+        result = await self._sender.send(delivery.workspace_id, delivery.target_url, secret, body)
         self._outcomes.put_nowait(self._judge(delivery, result))
 
     def _judge(self, delivery: Claimed, result: HttpAttempt) -> Outcome:

@@ -20,6 +20,7 @@ from crm.metadata.v1 import metadata_pb2 as md
 from crm.workflows.v1 import workflows_pb2 as wf
 from crmkit.errors import InvalidArgument
 from crmkit.filters import parse_filter, referenced_fields
+from crmkit.http_send import is_framing_header
 from crmkit.outbound import validate_http_url
 from workflows import templates
 from workflows.templates import TemplateError
@@ -177,6 +178,11 @@ def _headers(value: Any) -> dict[str, str]:
     for name, text in value.items():
         if not _TOKEN.match(name):
             raise InvalidArgument(f"invalid header name {name!r}", field="action.headers")
+        if is_framing_header(name):
+            raise InvalidArgument(
+                f"header {name} is set by the HTTP client and cannot be configured",
+                field=f"action.headers.{name}",
+            )
         if not isinstance(text, str):
             raise InvalidArgument(
                 f"header {name}: the value must be a string", field=f"action.headers.{name}"

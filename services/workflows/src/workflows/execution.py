@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import grpc
 import orjson
 from opentelemetry import trace
+from yarl import URL
 
 from crm.records.v1 import records_pb2 as rp
 from crm.records.v1 import records_pb2_grpc
 from crmkit.http_send import HttpAttempt, send_request
+from crmkit.outbound import WorkspaceSessions
 from crmkit.principal import PrincipalCodec, system_principal
 from crmkit.telemetry import extract_context, inject_headers
 from crmkit.workflow_origin import WORKFLOW_RUN_HEADER, WorkflowOrigin
@@ -95,14 +96,14 @@ def tick_context(trigger_event: Mapping[str, Any], action: Action) -> dict[str, 
 class Executor:
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        sessions: WorkspaceSessions,
         timeout: float,
         records: records_pb2_grpc.RecordsServiceStub,
         principals: PrincipalCodec,
         origin: WorkflowOrigin,
         metrics: WorkflowsMetrics,
     ) -> None:
-        self._session = session
+        self._sessions = sessions
         self._timeout = timeout
         self._records = records
         self._principals = principals
@@ -177,14 +178,15 @@ class Executor:
                 workspace_id, action.workflow_id, run_id
             )
             inject_headers(headers)
-            result = await send_request(
-                self._session,
-                rendered.method,
-                rendered.url,
-                headers=headers,
-                body=rendered.body.encode() if rendered.body else None,
-                timeout=self._timeout,
-            )
+            async with self._sessions.session(workspace_id) as session:
+                result = await send_request(
+                    session,
+                    rendered.method,
+                    URL(rendered.url, encoded=True),  # as rendered and recorded: no normalising
+                    headers=headers,
+                    body=rendered.body.encode() if rendered.body else None,
+                    timeout=self._timeout,
+                )
         self._metrics.run_duration.observe(result.latency_ms / 1000)
         stored = Rendered(
             rendered.method, rendered.url, templates.masked(rendered.headers), rendered.body
