@@ -22,7 +22,7 @@ from tests.integration.webhooks_client import attach
 
 WORKFLOW_FIELDS = """id name status createdAt updatedAt lastRunAt nextRunAt
   trigger { type object filter fields cron timezone }
-  action { type method url headers body }"""
+  action { type method url headers body secretParams }"""
 RUN_FIELDS = """id workflowId status triggerEvent responseStatus responseExcerpt durationMs
   attempts error isTest createdAt startedAt finishedAt request { method url headers body }"""
 CREATE = f"""mutation($input: CreateWorkflowInput!) {{

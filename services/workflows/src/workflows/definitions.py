@@ -59,6 +59,7 @@ class ActionSpec:
     url: str
     headers: dict[str, str]
     body: str
+    secret_params: list[str] = field(default_factory=list)
 
 
 def validate_name(value: str) -> str:
@@ -143,7 +144,14 @@ def read_action(message: wf.HttpAction) -> ActionSpec:
         raise InvalidArgument(exc.message, field=exc.field) from None
     if body and method == "GET":
         raise InvalidArgument("a GET request has no body", field="action.body")
-    return ActionSpec(method=method, url=url, headers=headers, body=body)
+    secret_params = [name.strip() for name in message.secret_params if name.strip()]
+    return ActionSpec(
+        method=method,
+        url=url,
+        headers=headers,
+        body=body,
+        secret_params=list(dict.fromkeys(secret_params)),
+    )
 
 
 def _checked_url_template(value: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,9 +25,10 @@ from crm.records.v1 import records_pb2_grpc
 from crmkit.http_send import HttpAttempt, send_request
 from crmkit.outbound import WorkspaceSessions
 from crmkit.principal import PrincipalCodec, system_principal
+from crmkit.sealing import SecretBox, SecretUnavailable
 from crmkit.telemetry import extract_context, inject_headers
 from crmkit.workflow_origin import WORKFLOW_RUN_HEADER, WorkflowOrigin
-from workflows import templates
+from workflows import secrets, templates
 from workflows.definitions import SCHEDULED, relation_heads
 from workflows.metrics import WorkflowsMetrics
 from workflows.templates import Rendered, TemplateError
@@ -40,7 +41,8 @@ USER_AGENT = "crm-workflows/1"
 
 @dataclass(frozen=True)
 class Action:
-    """A workflow's trigger kind, object and action, as stored."""
+    """A workflow's trigger kind, object and action, as stored (`url` and `headers` as read,
+    secrets masked, until `Executor.unsealed`)."""
 
     workflow_id: str
     workflow_name: str
@@ -50,6 +52,8 @@ class Action:
     url: str
     headers: Mapping[str, str]
     body: str
+    secret_params: tuple[str, ...] = ()
+    sealed: bytes | None = None  # the real URL and headers; None once unsealed
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Action:
@@ -62,6 +66,8 @@ class Action:
             url=row["url"],
             headers=row["headers"] or {},
             body=row["body"],
+            secret_params=tuple(row.get("secret_params") or ()),
+            sealed=row.get("secrets"),
         )
 
     def paths(self) -> list[str]:
@@ -102,13 +108,22 @@ class Executor:
         principals: PrincipalCodec,
         origin: WorkflowOrigin,
         metrics: WorkflowsMetrics,
+        box: SecretBox,
     ) -> None:
         self._sessions = sessions
+        self._box = box
         self._timeout = timeout
         self._records = records
         self._principals = principals
         self._origin = origin
         self._metrics = metrics
+
+    def unsealed(self, action: Action) -> Action:
+        """The action with its real URL and headers (SecretUnavailable if they do not open)."""
+        if action.sealed is None:
+            return action  # saved before secrets were sealed, and not sealed yet: as stored
+        url, headers = secrets.unseal(self._box, action.workflow_id, action.sealed)
+        return replace(action, url=url, headers=headers, sealed=None)
 
     async def context(
         self, workspace_id: str, action: Action, trigger_event: Mapping[str, Any]
@@ -165,6 +180,10 @@ class Executor:
             attributes={"workflow.id": action.workflow_id, "workflow.run.id": run_id},
         ):
             try:
+                action = self.unsealed(action)
+            except SecretUnavailable as exc:
+                return Report(None, _failure(str(exc)), permanent=True)
+            try:
                 context = await self.context(workspace_id, action, trigger_event)
                 rendered = templates.render_request(
                     action.method, action.url, action.headers, action.body, context
@@ -189,7 +208,10 @@ class Executor:
                 )
         self._metrics.run_duration.observe(result.latency_ms / 1000)
         stored = Rendered(
-            rendered.method, rendered.url, templates.masked(rendered.headers), rendered.body
+            rendered.method,
+            secrets.mask_url(rendered.url, action.secret_params, by_shape=True),
+            secrets.mask_run_headers(rendered.headers, action.headers),
+            rendered.body,
         )
         return Report(stored, result, permanent=False)
 

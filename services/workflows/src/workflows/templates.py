@@ -36,9 +36,6 @@ _MISSING = object()
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 # Written by the author in a URL template and kept as written: reserved characters and escapes.
 _URL_LITERAL_SAFE = "!#$%&'()*+,/:;=?@[]~"
-# Header names whose values are secrets: masked in the stored run (the sent request keeps them).
-_SECRET_HEADER_WORDS = ("auth", "token", "secret", "key", "password", "signature", "cookie")
-MASK = "***"
 
 
 class TemplateError(Exception):
@@ -218,13 +215,3 @@ def render_request(
     else:
         rendered_body = render_text(body, context, "action.body")
     return Rendered(method, render_url(url, context, "action.url"), rendered_headers, rendered_body)
-
-
-def is_secret_header(name: str) -> bool:
-    lowered = name.lower()
-    return any(word in lowered for word in _SECRET_HEADER_WORDS)
-
-
-def masked(headers: Mapping[str, str]) -> dict[str, str]:
-    """Headers as stored in a run: values of secret-looking headers replaced by ***."""
-    return {name: MASK if is_secret_header(name) else value for name, value in headers.items()}
