@@ -1,6 +1,7 @@
 """What a workflow's author cannot make its requests do: frame them (framing and hop-by-hop
 headers are refused), share a connection with another workspace, or change the request's shape
-through a record's values (path dot segments, form parameters)."""
+through a record's values (path dot segments, form parameters). Webhook deliveries do not share
+connections between workspaces either."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from crmstack.stack import Stack
+from tests.integration.webhooks_client import CREATE as CREATE_WEBHOOK
 from tests.integration.workflows_client import (
     CREATE,
     TEST,
@@ -98,6 +100,25 @@ def test_a_kept_alive_connection_never_carries_another_workspaces_request(
     assert [r.json()["n"] for r in (a1, a2, b1)] == ["a1", "a2", "b1"]
     assert a1.peer_port == a2.peer_port  # connections are kept alive within a workspace
     assert b1.peer_port != a1.peer_port  # but never lent to another one
+
+
+def test_webhook_deliveries_of_two_workspaces_never_share_a_connection(
+    local_stack: Stack, client: httpx.Client, receiver: Receiver
+) -> None:
+    first, second = (make_flows(local_stack, client, receiver) for _ in range(2))
+    path = first.path()
+    for flows in (first, second):
+        hook = {"targetUrl": receiver.url(path), "operations": ["company.created"]}
+        flows.gql(CREATE_WEBHOOK, {"input": hook})
+    first.ws.create("company", {"name": "A1"})
+    receiver.wait(path, 1)
+    first.ws.create("company", {"name": "A2"})
+    receiver.wait(path, 2)
+    second.ws.create("company", {"name": "B1"})
+    delivered = receiver.wait(path, 3)
+    by_name = {r.json()["record"]["name"]: r.peer_port for r in delivered}
+    assert by_name["A1"] == by_name["A2"]  # kept alive within a workspace
+    assert by_name["B1"] != by_name["A1"]  # never lent to another one
 
 
 @pytest.mark.parametrize("value", ["..", "."])
