@@ -5,16 +5,20 @@ connections between workspaces either."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
+import asyncpg
 import httpx
+import orjson
 import pytest
 
 from crmstack.stack import Stack
 from tests.integration.webhooks_client import CREATE as CREATE_WEBHOOK
 from tests.integration.workflows_client import (
+    ACTIVATE,
     CREATE,
     TEST,
     UPDATE,
@@ -84,6 +88,33 @@ def test_framing_and_hop_by_hop_headers_are_refused_when_saved(
     run = _test(flows, workflow["id"], {"name": "x"})  # the saved action is unchanged
     assert run["status"] == "SUCCEEDED"
     assert name.lower() not in {key.lower() for key in run["request"]["headers"]}
+
+
+def test_a_workflow_saved_before_the_rule_is_refused_when_tested_or_activated(
+    flows: Flows, local_stack: Stack
+) -> None:
+    path = flows.path()
+    workflow = _create(flows, flows.receiver.url(path), body='{"n": "{{name}}"}')
+    framed = {"Transfer-Encoding": "chunked"}
+
+    async def as_saved_before() -> None:
+        connection = await asyncpg.connect(local_stack.infra.database_url)  # type: ignore[union-attr]
+        try:
+            await connection.execute(
+                "UPDATE workflows.workflows SET headers = $2::jsonb, secrets = NULL "
+                "WHERE id = $1::uuid",
+                workflow["id"],
+                orjson.dumps(framed).decode(),
+            )
+        finally:
+            await connection.close()
+
+    asyncio.run(as_saved_before())
+    for query, variables in ((TEST, {"record": {"name": "x"}}), (ACTIVATE, {})):
+        error = flows.gql_error(query, {"id": workflow["id"], **variables})
+        assert error["extensions"]["code"] == "BAD_USER_INPUT"
+        assert error["extensions"]["field"] == "action.headers.Transfer-Encoding"
+    assert flows.receiver.requests(path) == []
 
 
 def test_a_kept_alive_connection_never_carries_another_workspaces_request(

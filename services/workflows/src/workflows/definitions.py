@@ -186,11 +186,7 @@ def _headers(value: Any) -> dict[str, str]:
     for name, text in value.items():
         if not _TOKEN.match(name):
             raise InvalidArgument(f"invalid header name {name!r}", field="action.headers")
-        if is_framing_header(name):
-            raise InvalidArgument(
-                f"header {name} is set by the HTTP client and cannot be configured",
-                field=f"action.headers.{name}",
-            )
+        refuse_framing(name)
         if not isinstance(text, str):
             raise InvalidArgument(
                 f"header {name}: the value must be a string", field=f"action.headers.{name}"
@@ -206,6 +202,16 @@ def _headers(value: Any) -> dict[str, str]:
             raise InvalidArgument(exc.message, field=exc.field) from None
         headers[name] = text
     return headers
+
+
+def refuse_framing(name: str) -> None:
+    """Refuse a header that frames the request or steers the connection (the client sets those);
+    checked again before a stored workflow is activated or tested (it may predate the rule)."""
+    if is_framing_header(name):
+        raise InvalidArgument(
+            f"header {name} is set by the HTTP client and cannot be configured",
+            field=f"action.headers.{name}",
+        )
 
 
 def template_variables(action: ActionSpec) -> list[tuple[str, str]]:

@@ -200,8 +200,10 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
     async def _checked(
         self, workspace_id: str, trigger: TriggerSpec, action: ActionSpec
     ) -> datetime | None:
-        """Check a definition's schedule, the outbound rules and the data model; return the
+        """Check a definition's headers, schedule, outbound rules and data model; return the
         first tick of a SCHEDULED trigger."""
+        for name in action.headers:
+            definitions.refuse_framing(name)
         first_tick = None
         if trigger.type == SCHEDULED:
             first_tick = schedule.validate(
@@ -350,6 +352,8 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
             action = self._executor.unsealed(Action.of(row))
         except SecretUnavailable as exc:
             raise InvalidArgument(str(exc), field="action.headers") from None
+        for name in action.headers:
+            definitions.refuse_framing(name)
         event = await self._test_event(principal.workspace_id, row, request.record_json)
         # Filled before anything is stored: a missing variable is the caller's error.
         try:
