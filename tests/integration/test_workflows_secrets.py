@@ -24,6 +24,7 @@ from tests.integration.workflows_client import (
     Receiver,
     make_flows,
     running_receiver,
+    wait_for_api,
 )
 
 MASK = "***"
@@ -147,7 +148,7 @@ def test_secrets_are_never_read_back_but_are_sent(flows: Flows, local_stack: Sta
         _assert_no_secret(f"log {log.name}", log.read_text(errors="replace"))
 
 
-def test_workflows_saved_before_secrets_were_sealed_are_read_masked(
+def test_workflows_saved_before_secrets_were_sealed_are_read_masked_and_sealed_at_start(
     flows: Flows, local_stack: Stack
 ) -> None:
     path = flows.path()
@@ -176,3 +177,10 @@ def test_workflows_saved_before_secrets_were_sealed_are_read_masked(
     _assert_no_secret("testWorkflow", run)
     [sent] = flows.receiver.wait(path, 1)
     _assert_sent_for_real(sent)
+    assert SECRETS["plain"] in _stored(local_stack, workflow_id)  # still in clear at rest
+
+    local_stack.restart("workflows")  # sealed when the service starts
+    wait_for_api(flows)
+    _assert_no_secret("the database", _stored(local_stack, workflow_id))
+    flows.gql(TEST, {"id": workflow_id, "record": {"name": "Acme", "stage": "WON"}})
+    _assert_sent_for_real(flows.receiver.wait(path, 2)[1])
