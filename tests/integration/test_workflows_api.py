@@ -85,8 +85,9 @@ def test_a_workflow_is_saved_configured_then_activated_and_deactivated(flows: Fl
         "type": "SEND_HTTP_REQUEST",
         "method": "POST",
         "url": flows.receiver.url("/chat"),
-        "headers": {"Authorization": "Bearer chat-token"},
+        "headers": {"Authorization": "***"},  # secrets are write-only
         "body": CHAT_BODY,
+        "secretParams": [],
     }
     assert flows.gql(GET, {"id": workflow["id"]})["workflow"] == workflow
     active = flows.gql(ACTIVATE, {"id": workflow["id"]})["activateWorkflow"]

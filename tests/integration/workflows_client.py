@@ -22,7 +22,7 @@ from tests.integration.webhooks_client import attach
 
 WORKFLOW_FIELDS = """id name status createdAt updatedAt lastRunAt nextRunAt
   trigger { type object filter fields cron timezone }
-  action { type method url headers body }"""
+  action { type method url headers body secretParams }"""
 RUN_FIELDS = """id workflowId status triggerEvent responseStatus responseExcerpt durationMs
   attempts error isTest createdAt startedAt finishedAt request { method url headers body }"""
 CREATE = f"""mutation($input: CreateWorkflowInput!) {{
@@ -55,6 +55,7 @@ class Request:
     path: str  # with the query string
     headers: dict[str, str]  # names in lower case
     body: bytes
+    peer_port: int = 0  # the client's port: which connection carried the request
 
     def json(self) -> Any:
         return orjson.loads(self.body)
@@ -86,6 +87,7 @@ class Receiver:
                     self.path,
                     {key.lower(): value for key, value in self.headers.items()},
                     self.rfile.read(length),
+                    self.client_address[1],
                 )
                 with receiver._lock:
                     receiver.received.append(request)

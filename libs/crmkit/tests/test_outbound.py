@@ -13,6 +13,7 @@ import pytest
 from crmkit.outbound import (
     OutboundPolicy,
     OutboundRefused,
+    WorkspaceSessions,
     check_url,
     checked_addresses,
     guarded_session,
@@ -190,3 +191,26 @@ async def test_sends_when_private_targets_are_allowed(
     ):
         assert response.status == 204
     assert len(heads) == 1
+
+
+async def test_each_workspace_has_its_own_sessions_and_idle_ones_are_closed_beyond_the_bound() -> (
+    None
+):
+    sessions = WorkspaceSessions(OutboundPolicy(), max_sessions=2)
+    async with sessions.session("a") as a, sessions.session("a") as a_again:
+        assert a is a_again
+    async with sessions.session("b") as b:
+        pass
+    async with sessions.session("c") as c:
+        assert len({id(a), id(b), id(c)}) == 3
+    assert a.closed
+    assert not b.closed
+    assert not c.closed
+    async with sessions.session("b"):
+        async with sessions.session("d") as d:
+            pass
+        assert c.closed
+        assert not d.closed
+    await sessions.close()
+    assert b.closed
+    assert d.closed

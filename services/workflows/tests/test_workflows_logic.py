@@ -12,7 +12,7 @@ from crm.workflows.v1 import workflows_pb2 as wf
 from crmkit.errors import InvalidArgument
 from crmkit.filters import parse_filter
 from crmkit.workflow_origin import WorkflowOrigin
-from workflows import definitions, schedule, templates
+from workflows import definitions, schedule, secrets, templates
 from workflows.scheduler import latest_due
 from workflows.templates import TemplateError
 from workflows.triggers import Event, RecordTrigger, filter_matches, wants
@@ -53,6 +53,70 @@ def test_urls_encode_values_and_dotted_paths_read_relations() -> None:
     assert templates.render_text("{{company.name}}/{{closeDate}}", RECORD, "x") == "Acme & Co/"
 
 
+def test_values_cannot_change_the_shape_of_the_url_or_a_form_body() -> None:
+    context = {"a": "..", "b": "x&role=admin", "c": "v1.2"}
+    url = templates.render_url(
+        "https://exämple.com/api/{{a}}/{{c}}/n?q={{b}}&v={{c}}", context, "f"
+    )
+    assert url == "https://xn--exmple-cua.com/api/%2E%2E/v1%2E2/n?q=x%26role%3Dadmin&v=v1.2"
+    form = templates.render_request(
+        "POST",
+        "https://x.example.com/",
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        "note={{b}}&n=1",
+        context,
+    )
+    assert form.body == "note=x%26role%3Dadmin&n=1"
+    with pytest.raises(TemplateError, match="control character"):
+        templates.render_request("GET", "https://x.example.com/", {"X": "{{a}}"}, "", {"a": "\0"})
+
+
+def test_secrets_are_masked_by_name_shape_and_marking() -> None:
+    mask = secrets.MASK
+    run = secrets.mask_run_headers(
+        {"X-A": "Bearer abc", "X-B": "QUALIFIED", "X-C": "sk_live_4eC39HqLyjWDarjtT1zdp7dc"},
+        {"X-A": "{{a}}", "X-B": "{{b}}", "X-C": "{{c}}"},
+    )
+    assert run == {"X-A": mask, "X-B": "QUALIFIED", "X-C": mask}
+    assert secrets.mask_run_headers({"X-Custom": "hunter2"}, {"X-Custom": "hunter2"}) == {
+        "X-Custom": mask
+    }
+    assert secrets.looks_secret("Basic eDp5")
+    assert not secrets.looks_secret("123e4567-e89b-12d3-a456-426614174000")
+    url = "https://x.example.com/a?api_token=t0k&q=1&code=c&n=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5#f"
+    assert secrets.mask_url(url, ["code"]) == (
+        f"https://x.example.com/a?api_token={mask}&q=1&code={mask}&n=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5#f"
+    )
+    assert secrets.mask_url(url, [], by_shape=True).endswith(f"&n={mask}#f")
+    assert secrets.mask_headers({"Content-Type": "text/plain", "X-Any": "x"}) == {
+        "Content-Type": "text/plain",
+        "X-Any": mask,
+    }
+
+
+def test_an_update_leaving_a_mask_keeps_the_stored_secret_for_the_same_target_only() -> None:
+    mask = secrets.MASK
+    stored_url = "https://x.example.com/a?key=real&q=1"
+    stored = {"Authorization": "Bearer real"}
+    url, headers = secrets.keep_stored(
+        f"https://x.example.com/b?key={mask}&q=2",
+        {"authorization": mask, "X-New": "v"},
+        [],
+        stored_url,
+        stored,
+    )
+    assert url == "https://x.example.com/b?key=real&q=2"
+    assert headers == {"authorization": "Bearer real", "X-New": "v"}
+    with pytest.raises(InvalidArgument, match="target changed") as caught:
+        secrets.keep_stored(
+            "https://evil.example.com/", {"Authorization": mask}, [], stored_url, stored
+        )
+    assert caught.value.field == "action.url"
+    with pytest.raises(InvalidArgument, match="enter its value") as caught:
+        secrets.keep_stored("https://x.example.com/", {"X-Other": mask}, [], stored_url, stored)
+    assert caught.value.field == "action.headers.X-Other"
+
+
 def test_missing_variables_and_malformed_templates_are_named() -> None:
     with pytest.raises(TemplateError, match=r"\{\{nope\}\} is not a field") as caught:
         templates.render_json('{"a": "{{nope}}"}', RECORD, "action.body")
@@ -75,8 +139,13 @@ def test_request_rendering_sets_content_type_and_masks_secrets() -> None:
     assert rendered.url == "https://x.example.com/r-1"
     assert rendered.headers["Content-Type"] == "application/json"
     assert rendered.headers["X-Deal"] == "QUALIFIED"
-    assert templates.masked(rendered.headers)["Authorization"] == templates.MASK
-    assert templates.masked(rendered.headers)["X-Deal"] == "QUALIFIED"
+    configured = {"Authorization": "Bearer s3cret", "X-Deal": "{{stage}}"}
+    shown = secrets.mask_run_headers(rendered.headers, configured)
+    assert shown == {
+        "Authorization": secrets.MASK,
+        "X-Deal": "QUALIFIED",
+        "Content-Type": "application/json",
+    }
     text = templates.render_request("POST", "https://x.example.com/", {}, "Hi {{name}}", RECORD)
     assert text.body == 'Hi Big "deal" \\ été 🚀'
     assert text.headers["Content-Type"].startswith("text/plain")

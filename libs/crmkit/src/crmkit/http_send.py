@@ -4,6 +4,8 @@ Used by webhook deliveries and workflow actions, always with a `crmkit.outbound.
 Success is a 2xx status within `timeout` (the whole exchange, connect to answer); anything else
 (timeout, connection error, refused target, other status) is a failed attempt whose error says
 why. Redirects are not followed: a redirect must not lead to a target that was never checked.
+The HTTP client alone frames the request: a framing or hop-by-hop header (`is_framing_header`)
+given by the caller is refused, never sent.
 """
 
 from __future__ import annotations
@@ -15,11 +17,32 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import aiohttp
+from yarl import URL
 
 from crmkit.outbound import refused_error
 
 EXCERPT_BYTES = 200
 _RESPONSE_READ_LIMIT = 64 * 1024  # read this much of an answer so the connection can be reused
+# Headers that frame the message or steer the connection (RFC 9110 7.6.1, RFC 9112): set by the
+# HTTP client only, or one request could be cut short, extended or sent elsewhere.
+_FRAMING_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+    }
+)
+
+
+def is_framing_header(name: str) -> bool:
+    lowered = name.strip().lower()
+    return lowered in _FRAMING_HEADERS or lowered.startswith("proxy-")
 
 
 @dataclass(frozen=True)
@@ -35,7 +58,7 @@ class HttpAttempt:
 async def send_request(
     session: aiohttp.ClientSession,
     method: str,
-    url: str,
+    url: str | URL,
     *,
     headers: Mapping[str, str],
     body: bytes | None,
@@ -46,6 +69,10 @@ async def send_request(
     started = time.perf_counter()
     status: int | None = None
     excerpt = ""
+    framing = [name for name in headers if is_framing_header(name)]
+    if framing:
+        error = f"refused: the {framing[0]} header is set by the HTTP client, not configured"
+        return HttpAttempt(False, None, "", 0, error, attempted_at)
     error = ""
     try:
         async with asyncio.timeout(timeout):

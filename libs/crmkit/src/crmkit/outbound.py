@@ -10,7 +10,8 @@ the name.
 
 Use `check_url` to validate a URL when it is configured, and `guarded_session` (aiohttp) to
 send: it checks again at every new connection, in its resolver (names) and its socket factory
-(every address it connects to, IP literals included).
+(every address it connects to, IP literals included). Services sending for many workspaces use
+`WorkspaceSessions`: a kept-alive connection never carries another workspace's request.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -275,6 +278,66 @@ def guarded_session(
         timeout=aiohttp.ClientTimeout(total=None),
         trace_configs=[http_client_tracing()],
     )
+
+
+class WorkspaceSessions:
+    """One `guarded_session` (so one connection pool) per workspace.
+
+    A connection kept alive after one workspace's request is never reused for another's, so
+    nothing one workspace sends can be read as part of another's request. Beyond `max_sessions`
+    the least recently used idle sessions are closed.
+    """
+
+    def __init__(
+        self,
+        policy: OutboundPolicy,
+        *,
+        max_sessions: int = 256,
+        limit: int = 100,
+        keepalive_timeout: float = 30.0,
+        user_agent: str = "crm",
+    ) -> None:
+        self._policy = policy
+        self._max_sessions = max_sessions
+        self._limit = limit
+        self._keepalive_timeout = keepalive_timeout
+        self._user_agent = user_agent
+        self._sessions: OrderedDict[str, aiohttp.ClientSession] = OrderedDict()
+        self._in_use: Counter[str] = Counter()
+
+    @asynccontextmanager
+    async def session(self, workspace_id: str) -> AsyncIterator[aiohttp.ClientSession]:
+        session = self._sessions.get(workspace_id)
+        if session is None:
+            session = guarded_session(
+                self._policy,
+                limit=self._limit,
+                keepalive_timeout=self._keepalive_timeout,
+                user_agent=self._user_agent,
+            )
+            self._sessions[workspace_id] = session
+        else:
+            self._sessions.move_to_end(workspace_id)
+        self._in_use[workspace_id] += 1
+        try:
+            yield session
+        finally:
+            self._in_use[workspace_id] -= 1
+            if self._in_use[workspace_id] <= 0:
+                del self._in_use[workspace_id]
+            await self._evict()
+
+    async def _evict(self) -> None:
+        while len(self._sessions) > self._max_sessions:
+            idle = next((key for key in self._sessions if key not in self._in_use), None)
+            if idle is None:
+                return
+            await self._sessions.pop(idle).close()
+
+    async def close(self) -> None:
+        while self._sessions:
+            _, session = self._sessions.popitem(last=False)
+            await session.close()
 
 
 def refused_error(exc: BaseException) -> OutboundRefused | None:

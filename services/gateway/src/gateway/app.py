@@ -24,6 +24,7 @@ from gateway.auth.install import install_auth
 from gateway.datamodel.cache import DataModelCache
 from gateway.datamodel.sync import follow_announcements, schema_fetcher
 from gateway.errors import rest_error_response
+from gateway.framing import FramingHeadersMiddleware
 from gateway.graphql.builder import StaticNames
 from gateway.graphql.endpoint import (
     WorkspaceSchemas,
@@ -236,5 +237,6 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     _add_rest_routes(app, routes)
     app.add_middleware(RateLimitHeadersMiddleware)
+    app.add_middleware(FramingHeadersMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=metrics, routes=routes)
     return app

@@ -14,7 +14,7 @@ from crmkit import db, messaging
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
-from crmkit.outbound import OutboundPolicy, guarded_session
+from crmkit.outbound import OutboundPolicy, WorkspaceSessions
 from crmkit.principal import PrincipalCodec
 from webhooks.dispatcher import Dispatcher
 from webhooks.intake import Intake
@@ -56,7 +56,7 @@ async def serve(settings: WebhooksSettings) -> None:
     principals = PrincipalCodec(settings.APP_SECRET)
     policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)
     box = SecretBox(settings.APP_SECRET)
-    http = guarded_session(
+    http = WorkspaceSessions(
         policy,
         limit=settings.WEBHOOK_MAX_CONCURRENCY,
         keepalive_timeout=30.0,

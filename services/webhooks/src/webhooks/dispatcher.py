@@ -458,7 +458,7 @@ class Dispatcher:
             result = HttpAttempt(False, None, "", 0, str(exc), datetime.now(UTC))
             self._outcomes.put_nowait(self._judge(delivery, result))
             return
-        result = await self._sender.send(delivery.target_url, secret, body)
+        result = await self._sender.send(delivery.workspace_id, delivery.target_url, secret, body)
         self._outcomes.put_nowait(self._judge(delivery, result))
 
     async def _body(self, delivery: Claimed) -> Body:

@@ -14,9 +14,10 @@ from crmkit import db, messaging
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
-from crmkit.outbound import OutboundPolicy, guarded_session
+from crmkit.outbound import OutboundPolicy, WorkspaceSessions
 from crmkit.principal import PrincipalCodec
 from crmkit.workflow_origin import WorkflowOrigin
+from workflows import secrets, store
 from workflows.execution import USER_AGENT, Executor
 from workflows.intake import Intake
 from workflows.metrics import WorkflowsMetrics
@@ -55,8 +56,10 @@ async def serve(settings: WorkflowsSettings) -> None:
     records_channel = open_channel(settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT)
     records = records_pb2_grpc.RecordsServiceStub(records_channel)
     principals = PrincipalCodec(settings.APP_SECRET)
+    box = secrets.action_box(settings.APP_SECRET)
+    await store.seal_saved_before_secrets(pool, box)
     policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)
-    http = guarded_session(
+    http = WorkspaceSessions(
         policy,
         limit=settings.WORKFLOW_MAX_CONCURRENCY,
         keepalive_timeout=30.0,
@@ -69,6 +72,7 @@ async def serve(settings: WorkflowsSettings) -> None:
         principals,
         WorkflowOrigin(settings.APP_SECRET),
         metrics,
+        box,
     )
     background: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if settings.WORKFLOW_RUNNER_ENABLED:
@@ -85,6 +89,7 @@ async def serve(settings: WorkflowsSettings) -> None:
         executor,
         metrics,
         float(settings.WORKFLOW_MIN_SCHEDULE_INTERVAL),
+        box,
     )
 
     async def close_channels() -> None:

@@ -20,6 +20,7 @@ from crm.metadata.v1 import metadata_pb2 as md
 from crm.workflows.v1 import workflows_pb2 as wf
 from crmkit.errors import InvalidArgument
 from crmkit.filters import parse_filter, referenced_fields
+from crmkit.http_send import is_framing_header
 from crmkit.outbound import validate_http_url
 from workflows import templates
 from workflows.templates import TemplateError
@@ -58,6 +59,7 @@ class ActionSpec:
     url: str
     headers: dict[str, str]
     body: str
+    secret_params: list[str] = field(default_factory=list)
 
 
 def validate_name(value: str) -> str:
@@ -142,7 +144,14 @@ def read_action(message: wf.HttpAction) -> ActionSpec:
         raise InvalidArgument(exc.message, field=exc.field) from None
     if body and method == "GET":
         raise InvalidArgument("a GET request has no body", field="action.body")
-    return ActionSpec(method=method, url=url, headers=headers, body=body)
+    secret_params = [name.strip() for name in message.secret_params if name.strip()]
+    return ActionSpec(
+        method=method,
+        url=url,
+        headers=headers,
+        body=body,
+        secret_params=list(dict.fromkeys(secret_params)),
+    )
 
 
 def _checked_url_template(value: str) -> str:
@@ -177,6 +186,7 @@ def _headers(value: Any) -> dict[str, str]:
     for name, text in value.items():
         if not _TOKEN.match(name):
             raise InvalidArgument(f"invalid header name {name!r}", field="action.headers")
+        refuse_framing(name)
         if not isinstance(text, str):
             raise InvalidArgument(
                 f"header {name}: the value must be a string", field=f"action.headers.{name}"
@@ -192,6 +202,16 @@ def _headers(value: Any) -> dict[str, str]:
             raise InvalidArgument(exc.message, field=exc.field) from None
         headers[name] = text
     return headers
+
+
+def refuse_framing(name: str) -> None:
+    """Refuse a header that frames the request or steers the connection (the client sets those);
+    checked again before a stored workflow is activated or tested (it may predate the rule)."""
+    if is_framing_header(name):
+        raise InvalidArgument(
+            f"header {name} is set by the HTTP client and cannot be configured",
+            field=f"action.headers.{name}",
+        )
 
 
 def template_variables(action: ActionSpec) -> list[tuple[str, str]]:

@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import grpc
 import orjson
 from opentelemetry import trace
+from yarl import URL
 
 from crm.records.v1 import records_pb2 as rp
 from crm.records.v1 import records_pb2_grpc
 from crmkit.http_send import HttpAttempt, send_request
+from crmkit.outbound import WorkspaceSessions
 from crmkit.principal import PrincipalCodec, system_principal
+from crmkit.sealing import SecretBox, SecretUnavailable
 from crmkit.telemetry import extract_context, inject_headers
 from crmkit.workflow_origin import WORKFLOW_RUN_HEADER, WorkflowOrigin
-from workflows import templates
+from workflows import secrets, templates
 from workflows.definitions import SCHEDULED, relation_heads
 from workflows.metrics import WorkflowsMetrics
 from workflows.templates import Rendered, TemplateError
@@ -39,7 +41,8 @@ USER_AGENT = "crm-workflows/1"
 
 @dataclass(frozen=True)
 class Action:
-    """A workflow's trigger kind, object and action, as stored."""
+    """A workflow's trigger kind, object and action, as stored (`url` and `headers` as read,
+    secrets masked, until `Executor.unsealed`)."""
 
     workflow_id: str
     workflow_name: str
@@ -49,6 +52,8 @@ class Action:
     url: str
     headers: Mapping[str, str]
     body: str
+    secret_params: tuple[str, ...] = ()
+    sealed: bytes | None = None  # the real URL and headers; None once unsealed
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Action:
@@ -61,6 +66,8 @@ class Action:
             url=row["url"],
             headers=row["headers"] or {},
             body=row["body"],
+            secret_params=tuple(row.get("secret_params") or ()),
+            sealed=row.get("secrets"),
         )
 
     def paths(self) -> list[str]:
@@ -95,19 +102,28 @@ def tick_context(trigger_event: Mapping[str, Any], action: Action) -> dict[str, 
 class Executor:
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        sessions: WorkspaceSessions,
         timeout: float,
         records: records_pb2_grpc.RecordsServiceStub,
         principals: PrincipalCodec,
         origin: WorkflowOrigin,
         metrics: WorkflowsMetrics,
+        box: SecretBox,
     ) -> None:
-        self._session = session
+        self._sessions = sessions
+        self._box = box
         self._timeout = timeout
         self._records = records
         self._principals = principals
         self._origin = origin
         self._metrics = metrics
+
+    def unsealed(self, action: Action) -> Action:
+        """The action with its real URL and headers (SecretUnavailable if they do not open)."""
+        if action.sealed is None:
+            return action  # saved before secrets were sealed, and not sealed yet: as stored
+        url, headers = secrets.unseal(self._box, action.workflow_id, action.sealed)
+        return replace(action, url=url, headers=headers, sealed=None)
 
     async def context(
         self, workspace_id: str, action: Action, trigger_event: Mapping[str, Any]
@@ -164,6 +180,10 @@ class Executor:
             attributes={"workflow.id": action.workflow_id, "workflow.run.id": run_id},
         ):
             try:
+                action = self.unsealed(action)
+            except SecretUnavailable as exc:
+                return Report(None, _failure(str(exc)), permanent=True)
+            try:
                 context = await self.context(workspace_id, action, trigger_event)
                 rendered = templates.render_request(
                     action.method, action.url, action.headers, action.body, context
@@ -177,17 +197,21 @@ class Executor:
                 workspace_id, action.workflow_id, run_id
             )
             inject_headers(headers)
-            result = await send_request(
-                self._session,
-                rendered.method,
-                rendered.url,
-                headers=headers,
-                body=rendered.body.encode() if rendered.body else None,
-                timeout=self._timeout,
-            )
+            async with self._sessions.session(workspace_id) as session:
+                result = await send_request(
+                    session,
+                    rendered.method,
+                    URL(rendered.url, encoded=True),  # as rendered and recorded: no normalising
+                    headers=headers,
+                    body=rendered.body.encode() if rendered.body else None,
+                    timeout=self._timeout,
+                )
         self._metrics.run_duration.observe(result.latency_ms / 1000)
         stored = Rendered(
-            rendered.method, rendered.url, templates.masked(rendered.headers), rendered.body
+            rendered.method,
+            secrets.mask_url(rendered.url, action.secret_params, by_shape=True),
+            secrets.mask_run_headers(rendered.headers, action.headers),
+            rendered.body,
         )
         return Report(stored, result, permanent=False)
 

@@ -49,7 +49,7 @@ FROM due, workflows.workflows w
 WHERE r.id = due.id AND w.id = r.workflow_id
 RETURNING r.id::text, r.workspace_id::text, r.workflow_id::text, r.attempts, r.trigger_event,
           r.trace_context, r.created_at, w.name, w.trigger_type, w.object, w.method, w.url,
-          w.headers, w.body
+          w.headers, w.body, w.secret_params, w.secrets
 """
 
 # Outcome of an attempt, written by the lease holder only (test runs hold none: NULL).

@@ -11,6 +11,7 @@ in errors are the API's (`trigger.cron`, `action.url`, ...).
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +31,8 @@ from crmkit.errors import InvalidArgument, NotFound, from_rpc_error
 from crmkit.outbound import OutboundPolicy, OutboundRefused, check_url
 from crmkit.paging import read_page
 from crmkit.principal import PrincipalCodec, system_principal
-from workflows import definitions, schedule, store, templates
+from crmkit.sealing import SecretBox, SecretUnavailable
+from workflows import definitions, schedule, secrets, store, templates
 from workflows.definitions import SCHEDULED, TRIGGER_VALUES, ActionSpec, TriggerSpec
 from workflows.execution import Action, Executor
 from workflows.metrics import WorkflowsMetrics
@@ -77,9 +79,11 @@ def workflow_message(row: Any) -> wf.Workflow:
         action=wf.HttpAction(
             type=wf.ACTION_TYPE_SEND_HTTP_REQUEST,
             method=row["method"],
-            url=row["url"],
-            headers_json=_json(row["headers"] or {}),
+            # Masked when stored; masked again for rows saved before secrets were sealed.
+            url=secrets.mask_url(row["url"], row["secret_params"]),
+            headers_json=_json(secrets.mask_headers(row["headers"] or {})),
             body=row["body"],
+            secret_params=list(row["secret_params"]),
         ),
         created_at=_timestamp(row["created_at"]),
         updated_at=_timestamp(row["updated_at"]),
@@ -128,7 +132,14 @@ def _uuid(value: str, field: str) -> str:
         raise InvalidArgument(f"{field} must be a UUID", field=field) from None
 
 
-def spec_of(row: Any) -> tuple[TriggerSpec, ActionSpec]:
+def spec_of(row: Any, box: SecretBox) -> tuple[TriggerSpec, ActionSpec]:
+    """The definition of a stored workflow, its secrets unsealed."""
+    url, headers = row["url"], row["headers"] or {}
+    if row["secrets"] is not None:
+        try:
+            url, headers = secrets.unseal(box, row["id"], row["secrets"])
+        except SecretUnavailable as exc:
+            raise InvalidArgument(str(exc), field="action.headers") from None
     return (
         TriggerSpec(
             type=row["trigger_type"],
@@ -139,7 +150,11 @@ def spec_of(row: Any) -> tuple[TriggerSpec, ActionSpec]:
             timezone=row["timezone"],
         ),
         ActionSpec(
-            method=row["method"], url=row["url"], headers=row["headers"] or {}, body=row["body"]
+            method=row["method"],
+            url=url,
+            headers=headers,
+            body=row["body"],
+            secret_params=list(row["secret_params"]),
         ),
     )
 
@@ -155,7 +170,9 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         executor: Executor,
         metrics: WorkflowsMetrics,
         min_schedule_interval: float,
+        box: SecretBox,
     ) -> None:
+        self._box = box
         self._pool = pool
         self._principals = principals
         self._metadata = metadata
@@ -186,8 +203,10 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
     async def _checked(
         self, principal: common_pb2.Principal, trigger: TriggerSpec, action: ActionSpec
     ) -> datetime | None:
-        """Check a definition's schedule, the outbound rules, the data model and the caller's
+        """Check a definition's headers, schedule, outbound rules, data model and the caller's
         read access; return the first tick of a SCHEDULED trigger."""
+        for name in action.headers:
+            definitions.refuse_framing(name)
         first_tick = None
         if trigger.type == SCHEDULED:
             first_tick = schedule.validate(
@@ -224,8 +243,13 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         trigger = definitions.read_trigger(request.trigger)
         action = definitions.read_action(request.action)
         await self._checked(principal, trigger, action)
+        workflow_id = str(uuid.uuid4())
         row = await store.insert_workflow(
-            self._pool, principal.workspace_id, name, store.definition_columns(trigger, action)
+            self._pool,
+            workflow_id,
+            principal.workspace_id,
+            name,
+            store.definition_columns(trigger, action, workflow_id, self._box),
         )
         return workflow_message(row)
 
@@ -261,17 +285,22 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         principal = self._caller(context)
         workflow_id = _uuid(request.id, "id")
         current = await self._get(principal, workflow_id)
-        trigger, action = spec_of(current)
+        trigger, action = spec_of(current, self._box)
         changes: dict[str, Any] = {}
         if request.HasField("name"):
             changes["name"] = definitions.validate_name(request.name)
         if request.HasField("trigger"):
             trigger = definitions.read_trigger(request.trigger)
         if request.HasField("action"):
-            action = definitions.read_action(request.action)
+            given = definitions.read_action(request.action)
+            # A secret the author left masked keeps its stored value.
+            url, headers = secrets.keep_stored(
+                given.url, given.headers, given.secret_params, action.url, action.headers
+            )
+            action = replace(given, url=url, headers=headers)
         if request.HasField("trigger") or request.HasField("action"):
             first_tick = await self._checked(principal, trigger, action)
-            changes.update(store.definition_columns(trigger, action))
+            changes.update(store.definition_columns(trigger, action, current["id"], self._box))
             if current["status"] == "active":
                 changes["next_run_at"] = first_tick
         if not changes:
@@ -298,7 +327,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
     ) -> wf.Workflow:
         principal = self._caller(context)
         current = await self._get(principal, request.id)
-        trigger, action = spec_of(current)
+        trigger, action = spec_of(current, self._box)
         # Checked again: the data model may have changed since the workflow was saved.
         first_tick = await self._checked(principal, trigger, action)
         async with self._pool.acquire() as connection:
@@ -334,8 +363,15 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
     ) -> wf.WorkflowRun:
         principal = self._caller(context)
         row = await self._get(principal, request.id)
-        self._require_read(principal, *spec_of(row), await self._schema(principal.workspace_id))
-        action = Action.of(row)
+        self._require_read(
+            principal, *spec_of(row, self._box), await self._schema(principal.workspace_id)
+        )
+        try:
+            action = self._executor.unsealed(Action.of(row))
+        except SecretUnavailable as exc:
+            raise InvalidArgument(str(exc), field="action.headers") from None
+        for name in action.headers:
+            definitions.refuse_framing(name)
         event = await self._test_event(principal.workspace_id, row, request.record_json)
         # Filled before anything is stored: a missing variable is the caller's error.
         try:

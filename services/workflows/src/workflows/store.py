@@ -11,11 +11,14 @@ import asyncpg
 from crm.common.v1 import common_pb2
 from crmkit.db import Connection, delete_workspace_row, update_workspace_row
 from crmkit.paging import Page, page_info
+from crmkit.sealing import SecretBox
+from workflows import secrets
 from workflows.definitions import ActionSpec, TriggerSpec
 
 WORKFLOW_COLUMNS = (
     "id::text, workspace_id::text, name, status, trigger_type, object, filter, fields, cron, "
-    "timezone, method, url, headers, body, next_run_at, last_run_at, created_at, updated_at"
+    "timezone, method, url, headers, body, next_run_at, last_run_at, created_at, updated_at, "
+    "secret_params, secrets"
 )
 RUN_COLUMNS = (
     "id::text, workflow_id::text, status, is_test, trigger_event, request_method, request_url, "
@@ -25,7 +28,10 @@ RUN_COLUMNS = (
 DEACTIVATED = "workflow deactivated before this run was sent"
 
 
-def definition_columns(trigger: TriggerSpec, action: ActionSpec) -> dict[str, Any]:
+def definition_columns(
+    trigger: TriggerSpec, action: ActionSpec, workflow_id: str, box: SecretBox
+) -> dict[str, Any]:
+    """The columns of a definition: the action as it is read (secrets masked), and sealed."""
     return {
         "trigger_type": trigger.type,
         "object": trigger.object,
@@ -34,17 +40,19 @@ def definition_columns(trigger: TriggerSpec, action: ActionSpec) -> dict[str, An
         "cron": trigger.cron,
         "timezone": trigger.timezone,
         "method": action.method,
-        "url": action.url,
-        "headers": action.headers,
+        "url": secrets.mask_url(action.url, action.secret_params),
+        "headers": secrets.mask_headers(action.headers),
         "body": action.body,
+        "secret_params": action.secret_params,
+        "secrets": secrets.seal(box, workflow_id, action.url, action.headers),
     }
 
 
 async def insert_workflow(
-    pool: asyncpg.Pool, workspace_id: str, name: str, columns: dict[str, Any]
+    pool: asyncpg.Pool, workflow_id: str, workspace_id: str, name: str, columns: dict[str, Any]
 ) -> asyncpg.Record:
     names = ["id", "workspace_id", "name", *columns]
-    values = [uuid.uuid4(), workspace_id, name, *columns.values()]
+    values = [workflow_id, workspace_id, name, *columns.values()]
     placeholders = ", ".join(f"${index}" for index in range(1, len(values) + 1))
     row = await pool.fetchrow(
         f"INSERT INTO workflows.workflows ({', '.join(names)}) VALUES ({placeholders}) "
@@ -95,6 +103,26 @@ async def update_workflow(
     return await update_workspace_row(
         connection, "workflows.workflows", WORKFLOW_COLUMNS, workflow_id, workspace_id, changes
     )
+
+
+async def seal_saved_before_secrets(pool: asyncpg.Pool, box: SecretBox) -> int:
+    """Seal the secrets of workflows saved before they were stored sealed (0002_action_secrets);
+    run at start, by every replica (a row is sealed once). Returns how many were sealed."""
+    rows = await pool.fetch(
+        "SELECT id::text, url, headers, secret_params FROM workflows.workflows "
+        "WHERE secrets IS NULL"
+    )
+    for row in rows:
+        headers = row["headers"] or {}
+        await pool.execute(
+            "UPDATE workflows.workflows SET url = $2, headers = $3, secrets = $4 "
+            "WHERE id = $1 AND secrets IS NULL",
+            row["id"],
+            secrets.mask_url(row["url"], row["secret_params"]),
+            secrets.mask_headers(headers),
+            secrets.seal(box, row["id"], row["url"], headers),
+        )
+    return len(rows)
 
 
 async def fail_queued_runs(connection: Connection, workflow_id: str, reason: str) -> None:

@@ -4,12 +4,16 @@ A variable is a field name (`{{name}}`) or a dotted path (`{{company.name}}`, th
 many-to-one relation, or into a composite value). Each place escapes what it inserts:
 
 - URL: the value is percent-encoded (`/`, `?`, `&`, `#` included), so it stays one component;
+  in the path its dots are encoded too (`..` is `%2E%2E`), so it cannot be a dot segment that
+  moves the request up the path. The URL is sent exactly as rendered (no normalisation);
 - JSON body (Content-Type contains `json`, or no Content-Type and the body starts with `{` or
   `[`): inside a JSON string the value is JSON-escaped (quotes, backslashes, control
   characters); outside a string it becomes a JSON value (`"text"`, `42`, `true`, `null`,
   objects), so `{"amount": {{amount}}}` sends a number;
+- form bodies (Content-Type `application/x-www-form-urlencoded`): form-encoded, so a value
+  stays one value (`x&role=admin` is `x%26role%3Dadmin`);
 - other bodies and header values: the value as text (header values must not contain line
-  breaks).
+  breaks or other control characters).
 
 A variable whose path is not in the record is an error (TemplateError naming the template); a
 path that exists with a null value is empty (`null` as a JSON value).
@@ -21,16 +25,17 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus, urlsplit
 
 import orjson
+from yarl import URL
 
 VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*\}\}")
 _OPEN_OR_CLOSE = re.compile(r"\{\{|\}\}")
 _MISSING = object()
-# Header names whose values are secrets: masked in the stored run (the sent request keeps them).
-_SECRET_HEADER_WORDS = ("auth", "token", "secret", "key", "password", "signature", "cookie")
-MASK = "***"
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Written by the author in a URL template and kept as written: reserved characters and escapes.
+_URL_LITERAL_SAFE = "!#$%&'()*+,/:;=?@[]~"
 
 
 class TemplateError(Exception):
@@ -96,8 +101,27 @@ def render_text(template: str, context: Mapping[str, Any], field: str) -> str:
 
 
 def render_url(template: str, context: Mapping[str, Any], field: str) -> str:
+    """The URL to send, fully percent-encoded (send it as is: `yarl.URL(url, encoded=True)`)."""
+    parts = urlsplit(template)
+    authority_end = len(parts.scheme) + 3 + len(parts.netloc)  # variables never reach it
+    rendered = [str(URL(template[:authority_end]))]  # an IDN host in its ASCII form
+    rest = template[authority_end:]
+    in_path = True
+    position = 0
+    for match in VARIABLE.finditer(rest):
+        literal = rest[position : match.start()]
+        rendered.append(quote(literal, safe=_URL_LITERAL_SAFE))
+        in_path = in_path and "?" not in literal and "#" not in literal
+        value = quote(as_text(lookup(context, match.group(1), field)), safe="")
+        rendered.append(value.replace(".", "%2E") if in_path else value)
+        position = match.end()
+    rendered.append(quote(rest[position:], safe=_URL_LITERAL_SAFE))
+    return "".join(rendered)
+
+
+def render_form(template: str, context: Mapping[str, Any], field: str) -> str:
     return VARIABLE.sub(
-        lambda m: quote(as_text(lookup(context, m.group(1), field)), safe=""), template
+        lambda m: quote_plus(as_text(lookup(context, m.group(1), field)), safe=""), template
     )
 
 
@@ -161,6 +185,11 @@ def is_json_body(body: str, headers: Mapping[str, str]) -> bool:
     return body.lstrip().startswith(("{", "["))
 
 
+def is_form_body(headers: Mapping[str, str]) -> bool:
+    declared = content_type(headers) or ""
+    return "application/x-www-form-urlencoded" in declared.lower()
+
+
 def render_request(
     method: str, url: str, headers: Mapping[str, str], body: str, context: Mapping[str, Any]
 ) -> Rendered:
@@ -168,9 +197,10 @@ def render_request(
     rendered_headers: dict[str, str] = {}
     for name, value in headers.items():
         text = render_text(value, context, f"action.headers.{name}")
-        if "\r" in text or "\n" in text:
+        if _CONTROL.search(text):
             raise TemplateError(
-                f"header {name} would contain a line break", f"action.headers.{name}"
+                f"header {name} would contain a line break or another control character",
+                f"action.headers.{name}",
             )
         rendered_headers[name] = text
     json_body = is_json_body(body, headers)
@@ -178,19 +208,10 @@ def render_request(
         rendered_headers["Content-Type"] = "application/json"
     elif body and content_type(headers) is None:
         rendered_headers["Content-Type"] = "text/plain; charset=utf-8"
-    rendered_body = (
-        render_json(body, context, "action.body")
-        if json_body
-        else render_text(body, context, "action.body")
-    )
+    if json_body:
+        rendered_body = render_json(body, context, "action.body")
+    elif is_form_body(headers):
+        rendered_body = render_form(body, context, "action.body")
+    else:
+        rendered_body = render_text(body, context, "action.body")
     return Rendered(method, render_url(url, context, "action.url"), rendered_headers, rendered_body)
-
-
-def is_secret_header(name: str) -> bool:
-    lowered = name.lower()
-    return any(word in lowered for word in _SECRET_HEADER_WORDS)
-
-
-def masked(headers: Mapping[str, str]) -> dict[str, str]:
-    """Headers as stored in a run: values of secret-looking headers replaced by ***."""
-    return {name: MASK if is_secret_header(name) else value for name, value in headers.items()}

@@ -103,13 +103,19 @@ class WorkflowTrigger:
     timezone: str | None = strawberry.field(description="SCHEDULED: IANA time zone.")
 
 
-@strawberry.type(description="The HTTP request a run sends; {{field}} templates.")
+@strawberry.type(
+    description="The HTTP request a run sends; {{field}} templates. Secrets are write-only: "
+    "header values (but Content-Type and Accept) and secret query parameters read as ***."
+)
 class WorkflowAction:
     type: WorkflowActionType
     method: str
     url: str
     headers: JSON
     body: str
+    secret_params: list[str] = strawberry.field(
+        description="Query parameters of the URL whose values are secret."
+    )
 
 
 @strawberry.type(description="A workflow: a trigger and an HTTP action.")
@@ -148,6 +154,7 @@ class Workflow:
                 url=message.action.url,
                 headers=_json(_json_or_none(message.action.headers_json) or {}),
                 body=message.action.body,
+                secret_params=list(message.action.secret_params),
             ),
             created_at=message.created_at.ToDatetime(tzinfo=UTC),
             updated_at=message.updated_at.ToDatetime(tzinfo=UTC),
@@ -260,6 +267,11 @@ class WorkflowActionInput:
     body: str = strawberry.field(
         default="", description="Template; inside a JSON body values are JSON-escaped."
     )
+    secret_params: list[str] | None = strawberry.field(
+        default=None,
+        description="Query parameters of the URL whose values are secret (stored encrypted, "
+        "read as ***); parameters named like a credential (token, key, ...) always are.",
+    )
 
 
 @strawberry.input
@@ -303,6 +315,7 @@ def _action(value: WorkflowActionInput) -> wf.HttpAction:
         url=value.url,
         headers_json=_dump(value.headers),
         body=value.body,
+        secret_params=value.secret_params or [],
     )
 
 
