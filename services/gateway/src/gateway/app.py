@@ -21,6 +21,7 @@ from crmkit.errors import Internal, InvalidArgument, NotFound, ServiceError
 from crmkit.metrics import DbPoolCollector
 from crmkit.principal import PrincipalCodec
 from gateway.auth.install import install_auth
+from gateway.body_limit import BodyLimits, BodySizeLimitMiddleware
 from gateway.datamodel.cache import DataModelCache
 from gateway.datamodel.sync import follow_announcements, schema_fetcher
 from gateway.errors import rest_error_response
@@ -235,6 +236,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         ["GET", "POST"],
     )
     _add_rest_routes(app, routes)
+    app.add_middleware(BodySizeLimitMiddleware, limits=BodyLimits.of(settings))
     app.add_middleware(RateLimitHeadersMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=metrics, routes=routes)
     return app

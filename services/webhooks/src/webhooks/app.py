@@ -49,7 +49,9 @@ async def serve(settings: WebhooksSettings) -> None:
     )
     observe_pools(registry, {"webhooks": pool, "webhooks-dispatch": dispatch_pool})
     nats = await messaging.connect(settings.NATS_URL, "webhooks")
-    metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
+    metadata_channel = open_channel(
+        settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+    )
     policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)
     box = SecretBox(settings.APP_SECRET)
     http = guarded_session(

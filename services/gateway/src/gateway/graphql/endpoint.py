@@ -11,6 +11,7 @@ so the retry is safe for mutations too.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,7 +30,9 @@ from gateway.errors import graphql_extensions, mapping_for
 from gateway.graphql.builder import StaticNames, WorkspaceGraphQL, build_workspace_schema
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.errors import format_graphql_error, parse_quietly
+from gateway.graphql.limits import QueryAnalysis, QueryLimits, QueryTooLarge, check_request
 from gateway.graphql.parts import SchemaPart
+from gateway.ratelimit.http import admit_request
 from gateway.state import GatewayState, gateway_state
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -37,20 +40,30 @@ _HTTP_OPERATIONS = frozenset({OperationType.QUERY, OperationType.MUTATION})
 GRAPHQL_SCHEMA = "graphql"
 
 
-def graphql_response(result: ExecutionResult, query: str = "", status: int = 200) -> Response:
+def graphql_response(
+    result: ExecutionResult,
+    query: str = "",
+    status: int = 200,
+    cost: dict[str, int] | None = None,
+) -> Response:
     body: dict[str, Any] = {"data": result.data}
     if result.errors:
         document = parse_quietly(query) if query else None
         body["errors"] = [format_graphql_error(error, document) for error in result.errors]
+    if cost is not None:
+        body["extensions"] = {"cost": cost}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-def error_response(error: ServiceError) -> Response:
-    """A request-level failure (bad body, credential, rate limit) with its HTTP status."""
-    body = {
+def error_response(error: ServiceError, cost: dict[str, int] | None = None) -> Response:
+    """A request-level failure (bad body, credential, rate limit, a query over the limits)
+    with its HTTP status."""
+    body: dict[str, Any] = {
         "data": None,
         "errors": [{"message": error.message, "extensions": graphql_extensions(error)}],
     }
+    if cost is not None:
+        body["extensions"] = {"cost": cost}
     return Response(
         orjson.dumps(body),
         status_code=mapping_for(error).http_status,
@@ -103,10 +116,20 @@ def _rejected_before_execution(result: ExecutionResult) -> bool:
     )
 
 
-def _respond(context: GraphQLContext, result: ExecutionResult, query: str) -> Response:
-    response = graphql_response(result, query)
+def _respond(
+    context: GraphQLContext, result: ExecutionResult, query: str, analysis: QueryAnalysis | None
+) -> Response:
+    limits = QueryLimits.of(context.state.settings)
+    cost = analysis.cost_extension(limits) if analysis is not None else None
+    response = graphql_response(result, query, cost=cost)
     response.headers.update(context.response_headers)
     return response
+
+
+def _refused(error: ServiceError, request: Request) -> Response:
+    analysis = error.analysis if isinstance(error, QueryTooLarge) else None
+    limits = QueryLimits.of(gateway_state(request).settings)
+    return error_response(error, analysis.cost_extension(limits) if analysis else None)
 
 
 def _playground(request: Request, development: bool) -> Response:
@@ -115,27 +138,62 @@ def _playground(request: Request, development: bool) -> Response:
     raise NotFound("the GraphQL playground is served only in development")
 
 
-async def _authenticated(
+@dataclass(frozen=True)
+class _Admitted:
+    principal: common_pb2.Principal
+    query: str
+    variables: dict[str, Any] | None
+    operation_name: str | None
+    analysis: QueryAnalysis | None
+
+
+async def _admitted(
+    request: Request, schema_of: Callable[[common_pb2.Principal], Awaitable[strawberry.Schema]]
+) -> _Admitted:
+    """The caller and its request, checked against the limits (docs/api.md, Query cost) and
+    counted against the rate limit: one call, or one per top-level field of a mutation. A
+    request refused before it runs (bad body, over a limit) counts as one call."""
+    principal = await authenticate(request, admit=False)
+    try:
+        query, variables, operation_name = await parse_graphql_request(request)
+        schema = await schema_of(principal)
+        analysis = _analyse(request, schema, query, variables, operation_name)
+    except ServiceError:
+        await admit_request(request, principal)
+        raise
+    await admit_request(request, principal, analysis.calls if analysis is not None else 1)
+    return _Admitted(principal, query, variables, operation_name, analysis)
+
+
+def _analyse(
     request: Request,
-) -> tuple[common_pb2.Principal, str, dict[str, Any] | None, str | None]:
-    principal = await authenticate(request)
-    query, variables, operation_name = await parse_graphql_request(request)
-    return principal, query, variables, operation_name
+    schema: strawberry.Schema,
+    query: str,
+    variables: dict[str, Any] | None,
+    operation_name: str | None,
+) -> QueryAnalysis | None:
+    limits = QueryLimits.of(gateway_state(request).settings)
+    return check_request(schema._schema, query, variables, operation_name, limits)
 
 
 def static_graphql_endpoint(schema: strawberry.Schema, *, development: bool) -> Endpoint:
     """An endpoint serving one fixed schema to authenticated callers (/metadata)."""
 
+    async def fixed(principal: common_pb2.Principal) -> strawberry.Schema:
+        return schema
+
     async def endpoint(request: Request) -> Response:
         if request.method == "GET":
             return _playground(request, development)
         try:
-            principal, query, variables, operation_name = await _authenticated(request)
+            admitted = await _admitted(request, fixed)
         except ServiceError as exc:
-            return error_response(exc)
-        context = GraphQLContext(request, gateway_state(request), principal)
-        result = await _execute(schema, context, query, variables, operation_name)
-        return _respond(context, result, query)
+            return _refused(exc, request)
+        context = GraphQLContext(request, gateway_state(request), admitted.principal)
+        result = await _execute(
+            schema, context, admitted.query, admitted.variables, admitted.operation_name
+        )
+        return _respond(context, result, admitted.query, admitted.analysis)
 
     return endpoint
 
@@ -161,11 +219,19 @@ def workspace_graphql_endpoint(schemas: WorkspaceSchemas, *, development: bool) 
         if request.method == "GET":
             return _playground(request, development)
         state = gateway_state(request)
+        models: list[DataModel] = []
+
+        async def workspace_schema(principal: common_pb2.Principal) -> strawberry.Schema:
+            models.append(await state.models.get(principal))
+            return schemas.for_model(state, models[0]).schema
+
         try:
-            principal, query, variables, operation_name = await _authenticated(request)
-            model = await state.models.get(principal)
+            admitted = await _admitted(request, workspace_schema)
         except ServiceError as exc:
-            return error_response(exc)
+            return _refused(exc, request)
+        principal, query = admitted.principal, admitted.query
+        variables, operation_name = admitted.variables, admitted.operation_name
+        model, analysis = models[0], admitted.analysis
         built = schemas.for_model(state, model)
         context = GraphQLContext(request, state, principal, model=model)
         result = await _execute(built.schema, context, query, variables, operation_name)
@@ -176,8 +242,12 @@ def workspace_graphql_endpoint(schemas: WorkspaceSchemas, *, development: bool) 
                 fresh = model
             if fresh.fingerprint != model.fingerprint:
                 built = schemas.for_model(state, fresh)
+                try:
+                    analysis = _analyse(request, built.schema, query, variables, operation_name)
+                except ServiceError as exc:
+                    return _refused(exc, request)
                 context = GraphQLContext(request, state, principal, model=fresh)
                 result = await _execute(built.schema, context, query, variables, operation_name)
-        return _respond(context, result, query)
+        return _respond(context, result, query, analysis)
 
     return endpoint
