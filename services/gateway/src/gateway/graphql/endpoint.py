@@ -1,5 +1,6 @@
 """POST /graphql and /metadata: authenticate, pick the schema, execute, answer errors in the
-spec's shape. GET serves the GraphiQL playground in development only.
+spec's shape. GET serves the GraphiQL playground in development only. Before anything runs,
+the request is held to the GraphQL limits and counted against the rate limit (_admitted).
 
 /graphql runs against the caller's workspace schema (generated from its data model, cached per
 content fingerprint). A request the cached schema rejects as invalid (an unknown field, type or
@@ -138,31 +139,35 @@ def _playground(request: Request, development: bool) -> Response:
     raise NotFound("the GraphQL playground is served only in development")
 
 
+# The schema a caller's request runs against, and the data model it was built from (/graphql).
+SchemaOf = Callable[[common_pb2.Principal], Awaitable[tuple[strawberry.Schema, DataModel | None]]]
+
+
 @dataclass(frozen=True)
 class _Admitted:
     principal: common_pb2.Principal
+    schema: strawberry.Schema
+    model: DataModel | None
     query: str
     variables: dict[str, Any] | None
     operation_name: str | None
     analysis: QueryAnalysis | None
 
 
-async def _admitted(
-    request: Request, schema_of: Callable[[common_pb2.Principal], Awaitable[strawberry.Schema]]
-) -> _Admitted:
+async def _admitted(request: Request, schema_of: SchemaOf) -> _Admitted:
     """The caller and its request, checked against the limits (docs/api.md, Query cost) and
     counted against the rate limit: one call, or one per top-level field of a mutation. A
     request refused before it runs (bad body, over a limit) counts as one call."""
     principal = await authenticate(request, admit=False)
     try:
         query, variables, operation_name = await parse_graphql_request(request)
-        schema = await schema_of(principal)
+        schema, model = await schema_of(principal)
         analysis = _analyse(request, schema, query, variables, operation_name)
     except ServiceError:
         await admit_request(request, principal)
         raise
     await admit_request(request, principal, analysis.calls if analysis is not None else 1)
-    return _Admitted(principal, query, variables, operation_name, analysis)
+    return _Admitted(principal, schema, model, query, variables, operation_name, analysis)
 
 
 def _analyse(
@@ -179,8 +184,8 @@ def _analyse(
 def static_graphql_endpoint(schema: strawberry.Schema, *, development: bool) -> Endpoint:
     """An endpoint serving one fixed schema to authenticated callers (/metadata)."""
 
-    async def fixed(principal: common_pb2.Principal) -> strawberry.Schema:
-        return schema
+    async def fixed(principal: common_pb2.Principal) -> tuple[strawberry.Schema, None]:
+        return schema, None
 
     async def endpoint(request: Request) -> Response:
         if request.method == "GET":
@@ -219,11 +224,12 @@ def workspace_graphql_endpoint(schemas: WorkspaceSchemas, *, development: bool) 
         if request.method == "GET":
             return _playground(request, development)
         state = gateway_state(request)
-        models: list[DataModel] = []
 
-        async def workspace_schema(principal: common_pb2.Principal) -> strawberry.Schema:
-            models.append(await state.models.get(principal))
-            return schemas.for_model(state, models[0]).schema
+        async def workspace_schema(
+            principal: common_pb2.Principal,
+        ) -> tuple[strawberry.Schema, DataModel]:
+            model = await state.models.get(principal)
+            return schemas.for_model(state, model).schema, model
 
         try:
             admitted = await _admitted(request, workspace_schema)
@@ -231,10 +237,10 @@ def workspace_graphql_endpoint(schemas: WorkspaceSchemas, *, development: bool) 
             return _refused(exc, request)
         principal, query = admitted.principal, admitted.query
         variables, operation_name = admitted.variables, admitted.operation_name
-        model, analysis = models[0], admitted.analysis
-        built = schemas.for_model(state, model)
+        model, analysis = admitted.model, admitted.analysis
+        assert model is not None
         context = GraphQLContext(request, state, principal, model=model)
-        result = await _execute(built.schema, context, query, variables, operation_name)
+        result = await _execute(admitted.schema, context, query, variables, operation_name)
         if _rejected_before_execution(result):
             try:
                 fresh = await state.models.refresh(principal)
