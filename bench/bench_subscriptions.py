@@ -122,18 +122,19 @@ class Subscriber:
         await self.connection.close()
 
 
-async def _open_subscriptions(http: aiohttp.ClientSession) -> float:
-    async with http.get("/metrics") as response:
-        text = await response.text()
+async def _open_subscriptions(metrics_url: str) -> float:
+    """The gateway's subscription gauge, from its metrics port (not on the API port)."""
+    async with aiohttp.ClientSession() as session, session.get(metrics_url + "/metrics") as got:
+        text = await got.text()
     for line in text.splitlines():
         if line.startswith("gateway_subscriptions_open "):
             return float(line.split()[1])
     return 0.0
 
 
-async def _wait_registered(http: aiohttp.ClientSession, count: float, timeout: float = 120) -> None:
+async def _wait_registered(metrics_url: str, count: float, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while await _open_subscriptions(http) < count:
+    while await _open_subscriptions(metrics_url) < count:
         if time.monotonic() > deadline:
             raise RuntimeError(f"fewer than {count} subscriptions registered")
         await asyncio.sleep(0.1)
@@ -194,7 +195,7 @@ async def _commit_to_subscriber(
     headers = {"Authorization": f"Bearer {token}"}
     created: dict[str, float] = {}
     try:
-        await _wait_registered(http, 1)
+        await _wait_registered(ctx.extra["metrics_url"], 1)
 
         async def create(index: int) -> None:
             async with http.post(
@@ -290,7 +291,7 @@ async def _publish_to_subscriber(
     subscriber = await Subscriber.open(ctx.base_url, token, "id jobTitle")
     ids: list[str] = []
     try:
-        await _wait_registered(http, 1)
+        await _wait_registered(ctx.extra["metrics_url"], 1)
 
         async def publish(index: int) -> None:
             record_id, data = _event(workspace_id, index)
@@ -337,7 +338,7 @@ async def _fan_out(
 ) -> list[Result]:
     """N sockets on `personCreated`; events one at a time, first created through REST (from
     commit), then published straight into JetStream (the gateway's part)."""
-    before = await _open_subscriptions(http)
+    before = await _open_subscriptions(ctx.extra["metrics_url"])
     sockets: list[Subscriber] = []
     for start in range(0, subscribers, 100):
         batch = range(start, min(start + 100, subscribers))
@@ -389,7 +390,7 @@ async def _fan_out(
         return _result(name, subscribers, samples, seconds, notes=notes)
 
     try:
-        await _wait_registered(http, before + subscribers)
+        await _wait_registered(ctx.extra["metrics_url"], before + subscribers)
         results = [
             await measure(
                 f"fan-out: commit -> {subscribers} subscribers (each event)", committed_event
@@ -431,21 +432,31 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="seconds-long run")
     parser.add_argument("--base-url", help="an already running stack (then --nats-url too)")
     parser.add_argument("--nats-url", default="")
+    parser.add_argument("--metrics-url", default="", help="the gateway's metrics server")
     args = parser.parse_args()
     from crmstack.stack import Stack, StackConfig
 
     stack: Stack | None = None
     data_dir: Path | None = None
     if args.base_url:
-        ctx = BenchContext(base_url=args.base_url, smoke=args.smoke, nats_url=args.nats_url)
+        ctx = BenchContext(
+            base_url=args.base_url,
+            smoke=args.smoke,
+            nats_url=args.nats_url,
+            extra={"metrics_url": args.metrics_url},
+        )
     else:
         data_dir = Path(tempfile.mkdtemp(prefix="crm-bench-"))
         stack = Stack(
             StackConfig(data_dir=data_dir, app_secret=secrets.token_urlsafe(48), fast_postgres=True)
         )
         stack.start()
+        gateway = stack.instances["gateway"][0]
         ctx = BenchContext(
-            base_url=stack.base_url, smoke=args.smoke, nats_url=stack.env["NATS_URL"]
+            base_url=stack.base_url,
+            smoke=args.smoke,
+            nats_url=stack.env["NATS_URL"],
+            extra={"metrics_url": f"http://127.0.0.1:{gateway.metrics_port}"},
         )
     try:
         results = uvloop.run(run(ctx))

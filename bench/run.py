@@ -171,7 +171,13 @@ class ExtraGateways:
         process = ManagedProcess(
             name=f"gateway-bench-{port}",
             command=[sys.executable, "-m", "gateway"],
-            env={**self.stack.env, "PORT": str(port), "HOST": "127.0.0.1", **env},
+            env={
+                **self.stack.env,
+                "PORT": str(port),
+                "HOST": "127.0.0.1",
+                "METRICS_PORT": "0",  # its own, never the first gateway's
+                **env,
+            },
             log_path=self.stack.logs / f"gateway-bench-{port}.log",
         )
         process.start()
@@ -304,6 +310,7 @@ def main() -> None:
             database_url=stack.env["DATABASE_URL"],
             redis_url=stack.env["REDIS_URL"],
             nats_url=stack.env["NATS_URL"],
+            extra={"metrics_url": f"http://127.0.0.1:{stack.instances['gateway'][0].metrics_port}"},
             # A gateway start costs seconds: the smoke run keeps to the one it has.
             start_gateway=None if args.smoke else gateways.start,
             select=set(args.select.split(",")) if args.select else None,

@@ -251,13 +251,13 @@ def test_probes_and_resources_are_set(scenario: tuple[str, dict[str, Any], Rende
             assert probes["readiness"]["httpGet"] == {"path": "/healthz", "port": "http"}
             assert probes["liveness"]["httpGet"] == {"path": "/livez", "port": "http"}
             assert probes["startup"]["httpGet"] == {"path": "/livez", "port": "http"}
-            assert ports == {"http": values["ports"]["http"]}
+            assert ports == {"http": values["ports"]["http"], "metrics": values["ports"]["metrics"]}
             assert env_of(spec)["PORT"]["value"] == str(ports["http"])
         else:
             for probe in probes.values():
                 assert probe["grpc"] == {"port": ports["grpc"]}
             assert env_of(spec)["GRPC_PORT"]["value"] == str(ports["grpc"])
-            assert env_of(spec)["METRICS_PORT"]["value"] == str(ports["metrics"])
+        assert env_of(spec)["METRICS_PORT"]["value"] == str(ports["metrics"])
         resources = spec["resources"]
         assert {"cpu", "memory"} <= set(resources["requests"]), service
         assert "memory" in resources["limits"], service

@@ -52,13 +52,18 @@ def test_service_monitor_scrapes_every_service() -> None:
     endpoints = {endpoint["port"]: endpoint for endpoint in spec["endpoints"]}
     assert all(e["path"] == "/metrics" and e["interval"] == "15s" for e in endpoints.values())
     selector = spec["selector"]["matchLabels"]
+    assert set(endpoints) == {"metrics"}
     for service in SERVICES:
-        target = rendered.get("Service", f"crm-{service}")
+        # The gateway's metrics port has a Service of its own; its public one carries HTTP only.
+        name = "crm-gateway-metrics" if service == "gateway" else f"crm-{service}"
+        target = rendered.get("Service", name)
         labels = target["metadata"]["labels"]
         assert all(labels.get(key) == value for key, value in selector.items()), service
         assert labels["app.kubernetes.io/component"] == service  # becomes the job label
         scraped = {port["name"] for port in target["spec"]["ports"]} & set(endpoints)
-        assert scraped == {"http" if service == "gateway" else "metrics"}, service
+        assert scraped == {"metrics"}, service
+    public = rendered.get("Service", "crm-gateway")
+    assert [port["name"] for port in public["spec"]["ports"]] == ["http"]
 
 
 def test_prometheus_rule_alerts_on_errors_latency_and_down_services() -> None:

@@ -110,7 +110,7 @@ def test_only_the_gateway_and_declared_peers_reach_a_grpc_port(
     assert not allowed(rendered, STRANGER_ELSEWHERE, destination, "grpc")
 
 
-@pytest.mark.parametrize("target", GRPC_SERVICES)
+@pytest.mark.parametrize("target", SERVICES)
 def test_only_prometheus_scrapes_metrics_ports(rendered: Rendered, target: str) -> None:
     destination = pod_of(rendered, target)
     assert allowed(rendered, PROMETHEUS, destination, "metrics")

@@ -23,7 +23,8 @@ import pytest
 
 from crmstack.ports import free_port
 from crmstack.processes import ManagedProcess
-from crmstack.stack import Stack, StackConfig
+from crmstack.stack import GATEWAY, Stack, StackConfig
+from tests.integration.subscriptions_client import GATEWAY_METRICS
 
 # Where identity sends email during the suite: the password-reset tests listen there (aiosmtpd).
 SMTP_TEST_PORT = free_port()
@@ -79,6 +80,10 @@ def _running_stack(
     )
     running = Stack(config)
     running.start()
+    for gateway in running.instances.get(GATEWAY, []):
+        GATEWAY_METRICS[f"http://127.0.0.1:{gateway.port}"] = (
+            f"http://127.0.0.1:{gateway.metrics_port}"
+        )
     try:
         yield running
     finally:
@@ -149,16 +154,24 @@ def gateway_starter(on: Stack) -> Iterator[Callable[[dict[str, str]], str]]:
     started: list[ManagedProcess] = []
 
     def start(env: dict[str, str]) -> str:
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         process = ManagedProcess(
             name=f"gateway-extra-{port}",
             command=[sys.executable, "-m", "gateway"],
-            env={**on.env, "PORT": str(port), "HOST": "127.0.0.1", **env},
+            env={
+                **on.env,
+                "PORT": str(port),
+                "HOST": "127.0.0.1",
+                "METRICS_PORT": str(metrics_port),
+                "METRICS_HOST": "127.0.0.1",
+                **env,
+            },
             log_path=on.logs / f"gateway-extra-{port}.log",
         )
         process.start()
         started.append(process)
         url = f"http://127.0.0.1:{port}"
+        GATEWAY_METRICS[url] = f"http://127.0.0.1:{metrics_port}"
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -112,9 +112,19 @@ class Socket:
         raise AssertionError(f"unexpected message: {message!r}")
 
 
+# The gateway serves /metrics on its metrics port only: the metrics URL of each gateway the
+# tests started, by its base URL (registered by tests/integration/conftest.py).
+GATEWAY_METRICS: dict[str, str] = {}
+
+
+def gateway_metrics(base_url: str) -> str:
+    """The text of the gateway's /metrics, read from its metrics port."""
+    return httpx.get(GATEWAY_METRICS[base_url.rstrip("/")] + "/metrics", timeout=10).text
+
+
 def metric(base_url: str, name: str, labels: Mapping[str, str] | None = None) -> float:
     """A sample of the gateway's /metrics (0 when absent)."""
-    text = httpx.get(base_url + "/metrics", timeout=10).text
+    text = gateway_metrics(base_url)
     wanted = name
     if labels:
         wanted += "{" + ",".join(f'{key}="{value}"' for key, value in labels.items()) + "}"

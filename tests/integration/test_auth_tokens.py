@@ -14,6 +14,7 @@ import pytest
 
 from crmstack.client import Session, graphql, graphql_data, signup
 from crmstack.stack import Stack
+from tests.integration.subscriptions_client import gateway_metrics
 
 QUERY = "{ currentUser { id } }"
 
@@ -166,11 +167,11 @@ def test_a_token_accepted_before_is_refused_once_expired(
 
 def test_public_routes_need_no_credential(client: httpx.Client) -> None:
     assert client.get("/healthz").status_code == 200
-    assert client.get("/metrics").status_code == 200
+    assert client.get("/metrics").status_code == 404  # on the metrics port only
     assert client.post("/auth/login", json={}).status_code == 400  # reached, not 401
 
 
 def test_credential_checks_are_counted(client: httpx.Client, session: Session) -> None:
     graphql_data(client, session.access_token, QUERY)
-    text = client.get("/metrics").text
+    text = gateway_metrics(str(client.base_url))
     assert 'gateway_credential_checks_total{outcome="OK",source="cache"}' in text

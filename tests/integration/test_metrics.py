@@ -56,8 +56,7 @@ def scrape(stack: Stack, process: str) -> dict[str, tuple[str, list[tuple[dict[s
     """Metric name, as on its `# TYPE` line -> (type, samples). The `_created` timestamps
     prometheus_client adds beside each counter and histogram are left out."""
     instance = stack.instances[process][0]
-    port = instance.port if process == GATEWAY else instance.metrics_port
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    text = httpx.get(f"http://127.0.0.1:{instance.metrics_port}/metrics", timeout=10).text
     types = {}
     for line in text.splitlines():
         match = _TYPE.match(line)
@@ -144,3 +143,13 @@ def test_traffic_shows_in_the_metrics(local_stack: Stack, traffic: None) -> None
         "webhooks",
         "webhooks-dispatch",
     }
+
+
+def test_the_gateway_serves_metrics_on_its_metrics_port_only(local_stack: Stack) -> None:
+    gateway = local_stack.instances[GATEWAY][0]
+    public = httpx.get(f"http://127.0.0.1:{gateway.port}/metrics", timeout=10)
+    assert public.status_code == 404
+    assert public.json()["statusCode"] == 404
+    own = httpx.get(f"http://127.0.0.1:{gateway.metrics_port}/metrics", timeout=10)
+    assert own.status_code == 200
+    assert "http_requests_total" in own.text

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from crmstack.stack import GRPC_SERVICES, Stack
+from tests.integration.subscriptions_client import gateway_metrics
 
 EXPECTED_SERVICES = {
     "identity": {
@@ -103,7 +104,7 @@ def test_graphql_without_credential_is_unauthenticated(client: httpx.Client, pat
 def test_metrics_use_route_templates(client: httpx.Client) -> None:
     client.get("/healthz")
     client.get("/no/such/route/123")
-    text = client.get("/metrics").text
+    text = gateway_metrics(str(client.base_url))
     assert 'http_requests_total{method="GET",route="/healthz",status="200"}' in text
     assert 'route="unmatched"' in text
     assert "/no/such/route/123" not in text

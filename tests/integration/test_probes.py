@@ -7,6 +7,7 @@ import time
 import httpx
 
 from crmstack.stack import Stack
+from tests.integration.subscriptions_client import gateway_metrics
 
 
 def _wait_for_healthz(client: httpx.Client, status: int, timeout: float = 30) -> None:
@@ -37,5 +38,5 @@ def test_livez_stays_ok_while_an_upstream_is_down(local_stack: Stack, client: ht
 
 def test_livez_is_counted_under_its_route(client: httpx.Client) -> None:
     client.get("/livez")
-    metrics = client.get("/metrics").text
+    metrics = gateway_metrics(str(client.base_url))
     assert 'http_requests_total{method="GET",route="/livez",status="200"}' in metrics

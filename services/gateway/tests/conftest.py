@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +20,7 @@ from gateway.graphql.context import GraphQLContext
 from gateway.graphql.endpoint import WorkspaceSchemas, graphql_response
 from gateway.graphql.parts import registered_parts
 from gateway.graphql.schema import build_static_schema
+from gateway.settings import GatewaySettings
 
 T = md.FieldType
 
@@ -242,6 +243,8 @@ class FakeState:
     upstreams: Any
     principals: PrincipalCodec
     models: DataModelCache
+    # The defaults (of the GraphQL limits, for one), without the addresses a real start needs.
+    settings: GatewaySettings = field(default_factory=GatewaySettings.model_construct)
 
 
 @dataclass

@@ -130,10 +130,14 @@ def _typed_generator(record_type: Any) -> Any:
 
 @pytest.fixture
 def graphql_client(fakes: Any, monkeypatch: pytest.MonkeyPatch) -> httpx.AsyncClient:
-    async def authenticate(connection: Any) -> common_pb2.Principal:
+    async def authenticate(connection: Any, *, admit: bool = True) -> common_pb2.Principal:
         return fakes.principal  # type: ignore[no-any-return]
 
+    async def admit_request(connection: Any, principal: Any, calls: int = 1) -> None:
+        return None
+
     monkeypatch.setattr(endpoint_module, "authenticate", authenticate)
+    monkeypatch.setattr(endpoint_module, "admit_request", admit_request)
     parts = registered_parts()
     schemas = WorkspaceSchemas(parts, StaticNames.of(build_static_schema(parts)))
     app = Starlette()
@@ -153,13 +157,14 @@ async def test_a_request_naming_an_unknown_object_rechecks_the_model(
         records_json=b"[]", page_info=common_pb2.PageInfo()
     )
     response = await graphql_client.post("/graphql", json={"query": "{ people { totalCount } }"})
-    assert response.json() == {"data": {"people": {"totalCount": 0}}}
+    assert response.json()["data"] == {"people": {"totalCount": 0}}
     # A custom object appears (created through another gateway; no announcement yet).
     fakes.metadata.responses["GetWorkspaceSchema"] = lambda request: make_schema(
         make_pet(), version=2
     )
     response = await graphql_client.post("/graphql", json={"query": "{ pets { totalCount } }"})
-    assert response.json() == {"data": {"pets": {"totalCount": 0}}}
+    assert response.json()["data"] == {"pets": {"totalCount": 0}}
+    assert response.json()["extensions"]["cost"]["requestedQueryCost"] == 50
     assert [r.known_version for r in fakes.metadata.named("GetWorkspaceSchema")] == [0, 1]
     # A name that exists nowhere: one cheap re-check, then the validation error.
     response = await graphql_client.post("/graphql", json={"query": "{ unicorns { totalCount } }"})

@@ -96,8 +96,8 @@ variable without changing a template. Rendered sorted by name.
 {{- $_ := set $env "PORT" (toString $v.ports.http) -}}
 {{- else -}}
 {{- $_ := set $env "GRPC_PORT" (toString $v.ports.grpc) -}}
-{{- $_ := set $env "METRICS_PORT" (toString $v.ports.metrics) -}}
 {{- end -}}
+{{- $_ := set $env "METRICS_PORT" (toString $v.ports.metrics) -}}
 {{- $appSecret := include "crm.secretRef" (dict "root" .root "source" "appSecret" "key" "APP_SECRET") | fromYaml -}}
 {{- $_ := set $env "APP_SECRET" (dict "valueFrom" (dict "secretKeyRef" $appSecret)) -}}
 {{- $variables := include "crm.connectionVariables" . | fromYaml -}}

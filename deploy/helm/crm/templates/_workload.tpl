@@ -12,10 +12,10 @@ templates/services.yaml. Context: (dict "root" $ "name" <service> "svc" <its val
 - name: grpc
   containerPort: {{ .root.Values.ports.grpc }}
   protocol: TCP
+{{- end }}
 - name: metrics
   containerPort: {{ .root.Values.ports.metrics }}
   protocol: TCP
-{{- end }}
 {{- end -}}
 
 {{/*
@@ -176,6 +176,28 @@ spec:
       targetPort: metrics
       protocol: TCP
   {{- end }}
+  selector:
+    {{- include "crm.selectorLabels" . | nindent 4 }}
+{{- end -}}
+
+{{/*
+The gateway's metrics port gets a Service of its own (headless, inside the cluster), for the
+ServiceMonitor: its public Service (often a LoadBalancer) carries HTTP only.
+*/}}
+{{- define "crm.metricsService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "crm.componentName" . }}-metrics
+  labels:
+    {{- include "crm.labels" . | nindent 4 }}
+spec:
+  clusterIP: None
+  ports:
+    - name: metrics
+      port: {{ .root.Values.ports.metrics }}
+      targetPort: metrics
+      protocol: TCP
   selector:
     {{- include "crm.selectorLabels" . | nindent 4 }}
 {{- end -}}

@@ -18,23 +18,30 @@ from crmkit.telemetry import metadata_from_context
 
 _tracer = trace.get_tracer("crmkit.grpc")
 
-# Keepalive so idle channels notice dead peers; retries stay off: services handle idempotency.
-CHANNEL_OPTIONS: list[tuple[str, int | str]] = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.enable_retries", 0),
-    # A restarted peer is used again within a second: gRPC's default reconnect backoff grows
-    # towards 120 s, and calls fail fast with UNAVAILABLE meanwhile although the peer is back.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    # Spread calls over every address a target resolves to (replicas), not just the first.
-    ("grpc.service_config", '{"loadBalancingConfig": [{"round_robin": {}}]}'),
-]
+KEEPALIVE_TIME = 30.0  # seconds; GRPC_KEEPALIVE_TIME
+
+
+def channel_options(keepalive_time: float = KEEPALIVE_TIME) -> list[tuple[str, int | str]]:
+    """Options of every channel. Keepalive pings (every `keepalive_time`, also while idle) let
+    an idle channel notice a dead peer; servers accept them (crmkit.grpc_server.server_options
+    with the same setting), else they would answer GOAWAY `too_many_pings`. Retries stay off:
+    services handle idempotency."""
+    return [
+        ("grpc.keepalive_time_ms", round(keepalive_time * 1000)),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ("grpc.enable_retries", 0),
+        # A restarted peer is used again within a second: gRPC's default reconnect backoff grows
+        # towards 120 s, and calls fail fast with UNAVAILABLE meanwhile although the peer is back.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+        # Spread calls over every address a target resolves to (replicas), not just the first.
+        ("grpc.service_config", '{"loadBalancingConfig": [{"round_robin": {}}]}'),
+    ]
 
 
 class UnaryCall:
@@ -141,6 +148,9 @@ class Channel:
         await self.close()
 
 
-def open_channel(address: str, default_timeout: float) -> Channel:
+def open_channel(
+    address: str, default_timeout: float, keepalive_time: float = KEEPALIVE_TIME
+) -> Channel:
     """An insecure channel (traffic stays inside the cluster network) to `address`."""
-    return Channel(grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS), default_timeout)
+    options = channel_options(keepalive_time)
+    return Channel(grpc.aio.insecure_channel(address, options=options), default_timeout)

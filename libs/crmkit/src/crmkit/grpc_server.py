@@ -19,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
-from crmkit.grpc_client import CHANNEL_OPTIONS
+from crmkit.grpc_client import channel_options
 from crmkit.interceptors import ServerInterceptor
 from crmkit.metrics import GrpcServerMetrics, start_metrics_server
 from crmkit.settings import GrpcServiceSettings
@@ -39,10 +39,15 @@ class ServicerBinding:
 def server_options(settings: GrpcServiceSettings) -> list[tuple[str, int | str]]:
     """Channel options of the server. Connections are closed after GRPC_MAX_CONNECTION_AGE
     (in-flight calls get a grace period): clients then resolve the service's name again, so
-    replicas added since (a scale-up behind a headless Service) receive calls too."""
+    replicas added since (a scale-up behind a headless Service) receive calls too. Clients'
+    keepalive pings (every GRPC_KEEPALIVE_TIME, idle or not) are accepted down to half that
+    interval: gRPC's default minimum (5 min) would answer them with GOAWAY `too_many_pings`."""
     age_ms = settings.GRPC_MAX_CONNECTION_AGE * 1000
+    keepalive_ms = round(settings.GRPC_KEEPALIVE_TIME * 1000)
     return [
-        *CHANNEL_OPTIONS,
+        *channel_options(settings.GRPC_KEEPALIVE_TIME),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", keepalive_ms // 2),
+        ("grpc.http2.min_ping_interval_without_data_ms", keepalive_ms // 2),
         ("grpc.max_connection_age_ms", age_ms),
         ("grpc.max_connection_age_grace_ms", round(settings.SHUTDOWN_GRACE_SECONDS * 1000)),
     ]

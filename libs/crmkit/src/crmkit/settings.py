@@ -27,6 +27,8 @@ class CommonSettings(BaseSettings):
     OTEL_SERVICE_NAME: str = ""
     METRICS_PORT: int = Field(default=9464, ge=0, le=65535)  # 0: pick a free port
     METRICS_HOST: str = "0.0.0.0"
+    # gRPC channels ping an idle peer this often; servers accept pings twice as often.
+    GRPC_KEEPALIVE_TIME: float = Field(default=30.0, gt=0, description="seconds")
 
     @property
     def is_development(self) -> bool:

@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,9 +17,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from crmkit import messaging
 from crmkit.db import create_pool
 from crmkit.errors import Internal, InvalidArgument, NotFound, ServiceError
-from crmkit.metrics import DbPoolCollector
+from crmkit.metrics import DbPoolCollector, start_metrics_server
 from crmkit.principal import PrincipalCodec
 from gateway.auth.install import install_auth
+from gateway.body_limit import BodyLimits, BodySizeLimitMiddleware
 from gateway.datamodel.cache import DataModelCache
 from gateway.datamodel.sync import follow_announcements, schema_fetcher
 from gateway.errors import rest_error_response
@@ -42,7 +42,7 @@ from gateway.rest import routes as rest
 from gateway.rest.openapi import open_api
 from gateway.routing import RouteTable
 from gateway.settings import GatewaySettings
-from gateway.state import GatewayState, gateway_state
+from gateway.state import GatewayState
 from gateway.subscriptions.endpoint import WorkspaceSchemaSource, graphql_websocket_endpoint
 from gateway.subscriptions.feed import RecordEventFeed
 from gateway.subscriptions.hub import SubscriptionHub
@@ -82,11 +82,6 @@ class MetricsMiddleware:
                 time.perf_counter() - started
             )
             self.metrics.http_requests.labels(template, method, str(status)).inc()
-
-
-async def metrics_endpoint(request: Request) -> Response:
-    registry = gateway_state(request).metrics.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -185,7 +180,11 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 metrics=metrics,
             ),
         )
-        log.info("gateway ready", extra={"port": settings.PORT})
+        # /metrics is served on its own port only, never on the public API port.
+        metrics_port = start_metrics_server(
+            metrics.registry, settings.METRICS_HOST, settings.METRICS_PORT
+        )
+        log.info("gateway ready", extra={"port": settings.PORT, "metrics_port": metrics_port})
         try:
             yield
         finally:
@@ -213,7 +212,6 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     routes = RouteTable()
     routes.add(app, "/healthz", healthz, ["GET"])
     routes.add(app, "/livez", livez, ["GET"])
-    routes.add(app, "/metrics", metrics_endpoint, ["GET"])
     install_auth(app, routes, settings)
     parts = registered_parts()
     development = settings.is_development
@@ -236,6 +234,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         ["GET", "POST"],
     )
     _add_rest_routes(app, routes)
+    app.add_middleware(BodySizeLimitMiddleware, limits=BodyLimits.of(settings))
     app.add_middleware(RateLimitHeadersMiddleware)
     app.add_middleware(FramingHeadersMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=metrics, routes=routes)

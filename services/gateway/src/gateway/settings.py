@@ -44,6 +44,17 @@ class GatewaySettings(CommonSettings, RedisSettings, NatsSettings):
     # The API rate limit (docs/api.md): calls per credential within a sliding window of TTL ms.
     API_RATE_LIMITING_TTL: int = Field(default=60_000, ge=1, le=86_400_000)
     API_RATE_LIMITING_LIMIT: int = Field(default=100, ge=1)
+    # Request bodies larger than this are refused with 413 before they are read (docs/api.md):
+    # /auth/* routes, batch routes (POST /rest/batch/{object} and /graphql), everything else.
+    MAX_AUTH_REQUEST_BODY_BYTES: int = Field(default=64 * 1024, ge=1024)
+    MAX_BATCH_REQUEST_BODY_BYTES: int = Field(default=32 * 1024 * 1024, ge=1024)
+    MAX_REQUEST_BODY_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # GraphQL request limits, checked before anything runs (docs/api.md, Query cost).
+    GRAPHQL_MAX_DEPTH: int = Field(default=15, ge=1)
+    GRAPHQL_MAX_ALIASES: int = Field(default=50, ge=0)
+    GRAPHQL_MAX_ROOT_FIELDS: int = Field(default=50, ge=1)
+    GRAPHQL_MAX_TOKENS: int = Field(default=15_000, ge=100)
+    GRAPHQL_MAX_COST: int = Field(default=25_000, ge=1)
 
     @field_validator("CORS_ORIGINS")
     @classmethod

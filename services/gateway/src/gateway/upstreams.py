@@ -32,13 +32,13 @@ class Upstreams:
 
     @classmethod
     def open(cls, settings: GatewaySettings) -> Upstreams:
-        timeout = settings.GRPC_CALL_TIMEOUT
+        timeout, keepalive = settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
         channels = {
-            "identity": open_channel(settings.IDENTITY_ADDR, timeout),
-            "metadata": open_channel(settings.METADATA_ADDR, timeout),
-            "records": open_channel(settings.RECORDS_ADDR, timeout),
-            "webhooks": open_channel(settings.WEBHOOKS_ADDR, timeout),
-            "workflows": open_channel(settings.WORKFLOWS_ADDR, timeout),
+            "identity": open_channel(settings.IDENTITY_ADDR, timeout, keepalive),
+            "metadata": open_channel(settings.METADATA_ADDR, timeout, keepalive),
+            "records": open_channel(settings.RECORDS_ADDR, timeout, keepalive),
+            "webhooks": open_channel(settings.WEBHOOKS_ADDR, timeout, keepalive),
+            "workflows": open_channel(settings.WORKFLOWS_ADDR, timeout, keepalive),
         }
         identity = channels["identity"]
         return cls(

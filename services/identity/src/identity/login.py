@@ -7,6 +7,7 @@ import uuid
 from crm.common.v1 import common_pb2
 from crmkit.errors import InvalidArgument, Unauthenticated
 from identity.deps import Deps
+from identity.passwords import MAX_LENGTH
 from identity.roles import RoleRow
 from identity.users import USER_WITH_ROLE, UserRow
 
@@ -30,6 +31,10 @@ async def check_password(
     """The account these credentials open, under brute-force limits, or Unauthenticated."""
     email = required(email, "email").strip().lower()
     required(password, "password")
+    if len(password) > MAX_LENGTH:  # never a valid password: refused before any hashing
+        raise InvalidArgument(
+            f"password must have at most {MAX_LENGTH} characters", field="password"
+        )
     attempt = await deps.limiter.begin([("ip", client_ip), ("email", email)])
     query = USER_WITH_ROLE + " WHERE u.email = $1"
     args: list[object] = [email]

@@ -26,6 +26,10 @@ class IdentitySettings(GrpcServiceSettings, DatabaseSettings, RedisSettings):
     # Password hashes computed at once (argon2id takes 64 MiB each): bounds memory under load.
     PASSWORD_HASH_CONCURRENCY: int = Field(default=2, ge=1, le=64)
 
+    # Active API keys a user may have created, and active personal access tokens a user may
+    # hold, each (docs/auth.md): creating one more is refused until one is deleted.
+    MAX_CREDENTIALS_PER_USER: int = Field(default=1000, ge=1)
+
     # How long a credential's principal stays in Redis before it is read again from Postgres.
     CREDENTIAL_CACHE_TTL: Duration = 3600
 

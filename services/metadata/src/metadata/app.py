@@ -30,7 +30,9 @@ async def serve(settings: MetadataSettings) -> None:
     )
     observe_pools(registry, {"metadata": pool})
     nats = await messaging.connect(settings.NATS_URL, "metadata")
-    channel = open_channel(settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT)
+    channel = open_channel(
+        settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+    )
     records = records_pb2_grpc.RecordsServiceStub(channel)
     principals = PrincipalCodec(settings.APP_SECRET)
     metrics = MetadataMetrics.create(registry)

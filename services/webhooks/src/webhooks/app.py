@@ -51,8 +51,12 @@ async def serve(settings: WebhooksSettings) -> None:
     )
     observe_pools(registry, {"webhooks": pool, "webhooks-dispatch": dispatch_pool})
     nats = await messaging.connect(settings.NATS_URL, "webhooks")
-    metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
-    records_channel = open_channel(settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT)
+    metadata_channel = open_channel(
+        settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+    )
+    records_channel = open_channel(
+        settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+    )
     principals = PrincipalCodec(settings.APP_SECRET)
     policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)
     box = SecretBox(settings.APP_SECRET)

@@ -52,8 +52,12 @@ async def serve(settings: WorkflowsSettings) -> None:
     )
     observe_pools(registry, {"workflows": pool, "workflows-runner": run_pool})
     nats = await messaging.connect(settings.NATS_URL, "workflows")
-    metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
-    records_channel = open_channel(settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT)
+    metadata_channel = open_channel(
+        settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+    )
+    records_channel = open_channel(
+        settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+    )
     records = records_pb2_grpc.RecordsServiceStub(records_channel)
     principals = PrincipalCodec(settings.APP_SECRET)
     box = secrets.action_box(settings.APP_SECRET)

@@ -4,7 +4,8 @@
 It accepts JWT session and OAuth access tokens, API keys and personal access tokens; anything
 else (missing, malformed, bad signature, `alg: none`, expired, revoked, wrong workspace) is
 Unauthenticated, whose reason tells expired (TOKEN_EXPIRED) from invalid. An HTTP request is
-then counted against the API rate limit, here and only here, so REST and GraphQL share it;
+then counted against the API rate limit, here (or, for GraphQL, once its operation is known:
+`admit=False`, then gateway.ratelimit.http.admit_request), so REST and GraphQL share it;
 WebSocket operations are counted as they start (gateway.subscriptions.admission).
 """
 
@@ -32,7 +33,7 @@ def credential_verifier(state: GatewayState) -> CredentialVerifier:
 
 
 async def authenticate(
-    connection: HTTPConnection, authorization: str | None = None
+    connection: HTTPConnection, authorization: str | None = None, *, admit: bool = True
 ) -> common_pb2.Principal:
     """The verified principal of the request's `Authorization: Bearer` credential.
 
@@ -49,7 +50,7 @@ async def authenticate(
     origin = connection.headers.get(WORKFLOW_RUN_HEADER)
     if origin:
         principal = _from_workflow(principal, origin, state.settings.APP_SECRET)
-    if connection.scope["type"] == "http":
+    if admit and connection.scope["type"] == "http":
         await admit_request(connection, principal)
     connection.scope[_SCOPE_KEY] = principal
     return principal

@@ -1,5 +1,6 @@
 """POST /graphql and /metadata: authenticate, pick the schema, execute, answer errors in the
-spec's shape. GET serves the GraphiQL playground in development only.
+spec's shape. GET serves the GraphiQL playground in development only. Before anything runs,
+the request is held to the GraphQL limits and counted against the rate limit (_admitted).
 
 /graphql runs against the caller's workspace schema (generated from its data model, cached per
 content fingerprint). A request the cached schema rejects as invalid (an unknown field, type or
@@ -11,6 +12,7 @@ so the retry is safe for mutations too.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,7 +31,9 @@ from gateway.errors import graphql_extensions, mapping_for
 from gateway.graphql.builder import StaticNames, WorkspaceGraphQL, build_workspace_schema
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.errors import format_graphql_error, parse_quietly
+from gateway.graphql.limits import QueryAnalysis, QueryLimits, QueryTooLarge, check_request
 from gateway.graphql.parts import SchemaPart
+from gateway.ratelimit.http import admit_request
 from gateway.state import GatewayState, gateway_state
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -37,20 +41,30 @@ _HTTP_OPERATIONS = frozenset({OperationType.QUERY, OperationType.MUTATION})
 GRAPHQL_SCHEMA = "graphql"
 
 
-def graphql_response(result: ExecutionResult, query: str = "", status: int = 200) -> Response:
+def graphql_response(
+    result: ExecutionResult,
+    query: str = "",
+    status: int = 200,
+    cost: dict[str, int] | None = None,
+) -> Response:
     body: dict[str, Any] = {"data": result.data}
     if result.errors:
         document = parse_quietly(query) if query else None
         body["errors"] = [format_graphql_error(error, document) for error in result.errors]
+    if cost is not None:
+        body["extensions"] = {"cost": cost}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-def error_response(error: ServiceError) -> Response:
-    """A request-level failure (bad body, credential, rate limit) with its HTTP status."""
-    body = {
+def error_response(error: ServiceError, cost: dict[str, int] | None = None) -> Response:
+    """A request-level failure (bad body, credential, rate limit, a query over the limits)
+    with its HTTP status."""
+    body: dict[str, Any] = {
         "data": None,
         "errors": [{"message": error.message, "extensions": graphql_extensions(error)}],
     }
+    if cost is not None:
+        body["extensions"] = {"cost": cost}
     return Response(
         orjson.dumps(body),
         status_code=mapping_for(error).http_status,
@@ -103,10 +117,20 @@ def _rejected_before_execution(result: ExecutionResult) -> bool:
     )
 
 
-def _respond(context: GraphQLContext, result: ExecutionResult, query: str) -> Response:
-    response = graphql_response(result, query)
+def _respond(
+    context: GraphQLContext, result: ExecutionResult, query: str, analysis: QueryAnalysis | None
+) -> Response:
+    limits = QueryLimits.of(context.state.settings)
+    cost = analysis.cost_extension(limits) if analysis is not None else None
+    response = graphql_response(result, query, cost=cost)
     response.headers.update(context.response_headers)
     return response
+
+
+def _refused(error: ServiceError, request: Request) -> Response:
+    analysis = error.analysis if isinstance(error, QueryTooLarge) else None
+    limits = QueryLimits.of(gateway_state(request).settings)
+    return error_response(error, analysis.cost_extension(limits) if analysis else None)
 
 
 def _playground(request: Request, development: bool) -> Response:
@@ -115,27 +139,66 @@ def _playground(request: Request, development: bool) -> Response:
     raise NotFound("the GraphQL playground is served only in development")
 
 
-async def _authenticated(
+# The schema a caller's request runs against, and the data model it was built from (/graphql).
+SchemaOf = Callable[[common_pb2.Principal], Awaitable[tuple[strawberry.Schema, DataModel | None]]]
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    principal: common_pb2.Principal
+    schema: strawberry.Schema
+    model: DataModel | None
+    query: str
+    variables: dict[str, Any] | None
+    operation_name: str | None
+    analysis: QueryAnalysis | None
+
+
+async def _admitted(request: Request, schema_of: SchemaOf) -> _Admitted:
+    """The caller and its request, checked against the limits (docs/api.md, Query cost) and
+    counted against the rate limit: one call, or one per top-level field of a mutation. A
+    request refused before it runs (bad body, over a limit) counts as one call."""
+    principal = await authenticate(request, admit=False)
+    try:
+        query, variables, operation_name = await parse_graphql_request(request)
+        schema, model = await schema_of(principal)
+        analysis = _analyse(request, schema, query, variables, operation_name)
+    except ServiceError:
+        await admit_request(request, principal)
+        raise
+    await admit_request(request, principal, analysis.calls if analysis is not None else 1)
+    return _Admitted(principal, schema, model, query, variables, operation_name, analysis)
+
+
+def _analyse(
     request: Request,
-) -> tuple[common_pb2.Principal, str, dict[str, Any] | None, str | None]:
-    principal = await authenticate(request)
-    query, variables, operation_name = await parse_graphql_request(request)
-    return principal, query, variables, operation_name
+    schema: strawberry.Schema,
+    query: str,
+    variables: dict[str, Any] | None,
+    operation_name: str | None,
+) -> QueryAnalysis | None:
+    limits = QueryLimits.of(gateway_state(request).settings)
+    return check_request(schema._schema, query, variables, operation_name, limits)
 
 
 def static_graphql_endpoint(schema: strawberry.Schema, *, development: bool) -> Endpoint:
     """An endpoint serving one fixed schema to authenticated callers (/metadata)."""
 
+    async def fixed(principal: common_pb2.Principal) -> tuple[strawberry.Schema, None]:
+        return schema, None
+
     async def endpoint(request: Request) -> Response:
         if request.method == "GET":
             return _playground(request, development)
         try:
-            principal, query, variables, operation_name = await _authenticated(request)
+            admitted = await _admitted(request, fixed)
         except ServiceError as exc:
-            return error_response(exc)
-        context = GraphQLContext(request, gateway_state(request), principal)
-        result = await _execute(schema, context, query, variables, operation_name)
-        return _respond(context, result, query)
+            return _refused(exc, request)
+        context = GraphQLContext(request, gateway_state(request), admitted.principal)
+        result = await _execute(
+            schema, context, admitted.query, admitted.variables, admitted.operation_name
+        )
+        return _respond(context, result, admitted.query, admitted.analysis)
 
     return endpoint
 
@@ -161,14 +224,23 @@ def workspace_graphql_endpoint(schemas: WorkspaceSchemas, *, development: bool) 
         if request.method == "GET":
             return _playground(request, development)
         state = gateway_state(request)
-        try:
-            principal, query, variables, operation_name = await _authenticated(request)
+
+        async def workspace_schema(
+            principal: common_pb2.Principal,
+        ) -> tuple[strawberry.Schema, DataModel]:
             model = await state.models.get(principal)
+            return schemas.for_model(state, model).schema, model
+
+        try:
+            admitted = await _admitted(request, workspace_schema)
         except ServiceError as exc:
-            return error_response(exc)
-        built = schemas.for_model(state, model)
+            return _refused(exc, request)
+        principal, query = admitted.principal, admitted.query
+        variables, operation_name = admitted.variables, admitted.operation_name
+        model, analysis = admitted.model, admitted.analysis
+        assert model is not None
         context = GraphQLContext(request, state, principal, model=model)
-        result = await _execute(built.schema, context, query, variables, operation_name)
+        result = await _execute(admitted.schema, context, query, variables, operation_name)
         if _rejected_before_execution(result):
             try:
                 fresh = await state.models.refresh(principal)
@@ -176,8 +248,12 @@ def workspace_graphql_endpoint(schemas: WorkspaceSchemas, *, development: bool) 
                 fresh = model
             if fresh.fingerprint != model.fingerprint:
                 built = schemas.for_model(state, fresh)
+                try:
+                    analysis = _analyse(request, built.schema, query, variables, operation_name)
+                except ServiceError as exc:
+                    return _refused(exc, request)
                 context = GraphQLContext(request, state, principal, model=fresh)
                 result = await _execute(built.schema, context, query, variables, operation_name)
-        return _respond(context, result, query)
+        return _respond(context, result, query, analysis)
 
     return endpoint

@@ -13,9 +13,12 @@ from gateway.state import gateway_state
 DECISION_KEY = "crm.ratelimit"
 
 
-async def admit_request(connection: HTTPConnection, principal: common_pb2.Principal) -> None:
-    """Count the call; ResourceExhausted (429, RATE_LIMIT_EXCEEDED) when over the limit."""
-    decision = await gateway_state(connection).rate_limiter.check(principal)
+async def admit_request(
+    connection: HTTPConnection, principal: common_pb2.Principal, calls: int = 1
+) -> None:
+    """Count the request as `calls` calls; ResourceExhausted (429, RATE_LIMIT_EXCEEDED) when
+    over the limit."""
+    decision = await gateway_state(connection).rate_limiter.check(principal, calls)
     if decision is None:
         return  # Redis unreachable: admitted, and no numbers to report
     connection.scope[DECISION_KEY] = decision

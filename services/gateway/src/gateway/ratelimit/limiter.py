@@ -31,7 +31,8 @@ log = logging.getLogger("gateway.ratelimit")
 
 FAILURE_LOG_INTERVAL = 60.0  # seconds between two "limiter unavailable" warnings
 
-# KEYS[1] the counter; ARGV: limit, window (microseconds), a member unique to this call.
+# KEYS[1] the counter; ARGV: limit, window (microseconds), a member unique to this call, and
+# how many calls it counts as (each gets its own member: `<member>:<i>`).
 # Scores are whole microseconds since the epoch: below 2^53, so exact in Lua's doubles.
 SLIDING_WINDOW = LuaScript("""
 local limit = tonumber(ARGV[1])
@@ -39,12 +40,15 @@ local window = tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local calls = tonumber(ARGV[4])
 local count = redis.call('ZCARD', KEYS[1])
 local allowed = 0
-if count < limit then
-  redis.call('ZADD', KEYS[1], now, ARGV[3])
+if count + calls <= limit then
+  for i = 1, calls do
+    redis.call('ZADD', KEYS[1], now, ARGV[3] .. ':' .. i)
+  end
   redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
-  count = count + 1
+  count = count + calls
   allowed = 1
 end
 local reset = now + window
@@ -80,14 +84,15 @@ class RateLimiter:
         self._sequence = itertools.count()
         self._last_warning = -FAILURE_LOG_INTERVAL
 
-    async def check(self, principal: common_pb2.Principal) -> Decision | None:
-        """Admit or refuse one call of `principal`; None when Redis could not say (admitted)."""
+    async def check(self, principal: common_pb2.Principal, calls: int = 1) -> Decision | None:
+        """Admit or refuse a request of `principal` counting as `calls` calls (all or none);
+        None when Redis could not say (admitted)."""
         member = f"{self._prefix}:{next(self._sequence)}"
         try:
             raw = await self._redis.run_script(
                 SLIDING_WINDOW,
                 keys=[counter_key(principal)],
-                args=[self.limit, self.window_ms * 1000, member],
+                args=[self.limit, self.window_ms * 1000, member, calls],
             )
         except RedisError as exc:
             self._failed(exc)

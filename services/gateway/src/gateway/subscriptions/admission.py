@@ -14,8 +14,11 @@ from crm.common.v1 import common_pb2
 from gateway.state import GatewayState
 
 
-async def admit_operation(state: GatewayState, principal: common_pb2.Principal) -> None:
+async def admit_operation(
+    state: GatewayState, principal: common_pb2.Principal, calls: int = 1
+) -> None:
+    """Count the operation as `calls` calls (a mutation: one per top-level field)."""
     state.metrics.websocket_operations.inc()
-    decision = await state.rate_limiter.check(principal)
+    decision = await state.rate_limiter.check(principal, calls)
     if decision is not None and not decision.allowed:
         raise decision.error()

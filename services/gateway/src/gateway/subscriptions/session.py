@@ -36,6 +36,7 @@ from gateway.auth.verify import bearer_token
 from gateway.datamodel.model import DataModel
 from gateway.errors import graphql_extensions
 from gateway.graphql.errors import format_graphql_error, is_request_error, parse_quietly
+from gateway.graphql.limits import QueryLimits, check_request
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from gateway.subscriptions.admission import admit_operation
@@ -328,12 +329,26 @@ class SocketSession:
     async def _execute(self, message: Subscribe, principal: common_pb2.Principal | None) -> None:
         identifier = message.id
         try:
-            if principal is None:  # a new operation (a restart is not one)
+            new_operation = principal is None  # a restart is not one: not charged again
+            if principal is None:
                 principal = await self._verified()
                 if principal is None:
                     return  # the socket is closing
-                await admit_operation(self.state, principal)
             prepared = await self.schemas.prepare(self.state, principal)
+            try:
+                analysis = check_request(
+                    prepared.schema._schema,
+                    message.query,
+                    message.variables,
+                    message.operation_name,
+                    QueryLimits.of(self.state.settings),
+                )
+            except ServiceError:
+                if new_operation:
+                    await admit_operation(self.state, principal)
+                raise
+            if new_operation:
+                await admit_operation(self.state, principal, analysis.calls if analysis else 1)
             if not await self._stream(message, principal, prepared, may_be_stale=True):
                 # Rejected by the schema: perhaps an object created a moment ago through another
                 # gateway. Nothing ran, so running it again on a fresher schema is safe.

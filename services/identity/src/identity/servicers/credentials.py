@@ -12,12 +12,13 @@ from google.protobuf import empty_pb2
 
 from crm.common.v1 import common_pb2
 from crm.identity.v1 import identity_pb2, identity_pb2_grpc
-from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
+from crmkit.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from crmkit.tokens import SecretKind, new_secret_token
 from identity import validation
 from identity.access import require_api_keys_flag, require_user
 from identity.cache import lock_workspace, workspace_change
 from identity.credentials import load_api_keys, load_personal_access_tokens
+from identity.db_types import Connection
 from identity.deps import Deps
 from identity.pagination import after_clause, page_info, read_page
 from identity.roles import ADMIN, RoleRow, timestamp
@@ -47,6 +48,33 @@ def _api_key(row: asyncpg.Record, token: str = "") -> identity_pb2.ApiKey:
     if row["expires_at"] is not None:
         key.expires_at.CopyFrom(timestamp(row["expires_at"]))
     return key
+
+
+async def _within_cap(
+    connection: Connection,
+    table: str,
+    owner_column: str,
+    owner: uuid.UUID | None,
+    workspace_id: uuid.UUID,
+    cap: int,
+    what: str,
+) -> None:
+    """FailedPrecondition (400) when the owner already holds `cap` active credentials of this
+    kind (docs/auth.md). The owner's user row is locked first, so concurrent creations by one
+    user are counted one after the other."""
+    if owner is not None:
+        await connection.execute("SELECT 1 FROM identity.users WHERE id = $1 FOR UPDATE", owner)
+    active = await connection.fetchval(
+        f"SELECT count(*) FROM identity.{table} WHERE workspace_id = $1 "
+        f"AND {owner_column} IS NOT DISTINCT FROM $2 AND revoked_at IS NULL "
+        "AND (expires_at IS NULL OR expires_at > now())",
+        workspace_id,
+        owner,
+    )
+    if active >= cap:
+        raise FailedPrecondition(
+            f"at most {cap} active {what} per user: delete one before creating another"
+        )
 
 
 def _personal_token(row: asyncpg.Record, token: str = "") -> identity_pb2.PersonalAccessToken:
@@ -91,6 +119,16 @@ class CredentialServicer(identity_pb2_grpc.CredentialServiceServicer):
         token, secret_hash = new_secret_token(SecretKind.API_KEY, str(key_id))
         async with deps.pool.acquire() as connection, connection.transaction():
             await lock_workspace(connection, principal.workspace_id, exclusive=False)
+            creator = uuid.UUID(principal.user_id) if principal.user_id else None
+            await _within_cap(
+                connection,
+                "api_keys",
+                "created_by",
+                creator,
+                uuid.UUID(principal.workspace_id),
+                deps.settings.MAX_CREDENTIALS_PER_USER,
+                "API keys",
+            )
             row = await connection.fetchrow(
                 "INSERT INTO identity.api_keys (id, workspace_id, name, secret_hash, role_id, "
                 "expires_at, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7) "
@@ -101,7 +139,7 @@ class CredentialServicer(identity_pb2_grpc.CredentialServiceServicer):
                 secret_hash,
                 role.id,
                 expires_at,
-                uuid.UUID(principal.user_id) if principal.user_id else None,
+                creator,
                 role.name,
             )
             assert row is not None
@@ -164,6 +202,15 @@ class CredentialServicer(identity_pb2_grpc.CredentialServiceServicer):
         token, secret_hash = new_secret_token(SecretKind.PERSONAL_ACCESS_TOKEN, str(token_id))
         async with deps.pool.acquire() as connection, connection.transaction():
             await lock_workspace(connection, principal.workspace_id, exclusive=False)
+            await _within_cap(
+                connection,
+                "personal_access_tokens",
+                "user_id",
+                user_id,
+                uuid.UUID(principal.workspace_id),
+                deps.settings.MAX_CREDENTIALS_PER_USER,
+                "personal access tokens",
+            )
             row = await connection.fetchrow(
                 "INSERT INTO identity.personal_access_tokens (id, workspace_id, user_id, name, "
                 "secret_hash, expires_at) VALUES ($1, $2, $3, $4, $5, $6) "
