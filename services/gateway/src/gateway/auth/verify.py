@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from crm.common.v1 import common_pb2
 from crm.identity.v1 import identity_pb2, identity_pb2_grpc
 from crmkit.errors import Unauthenticated, from_rpc_error
+from crmkit.outages import OutageLog
 from crmkit.tokens import (
     Claims,
     SecretKind,
@@ -75,6 +76,11 @@ class CredentialVerifier:
         self._auth = auth
         self._metrics = metrics
         self._verified = verified if verified is not None else VerifiedTokens()
+        self._outage = OutageLog(
+            "redis (credential cache; identity answers)",
+            log,
+            metrics.outages if metrics is not None else None,
+        )
 
     async def verify(self, token: str) -> common_pb2.Principal:
         secret_token = parse_secret_token(token)
@@ -135,8 +141,9 @@ class CredentialVerifier:
             raw = await self._redis.get(credential_cache_key(credential_id))
         except RedisError as exc:
             self._count_lookup("error")
-            log.warning("credential cache unreachable; asking identity", extra={"error": str(exc)})
+            self._outage.failed(exc)
             return None
+        self._outage.recovered()
         if not isinstance(raw, bytes):
             self._count_lookup("miss")
             return None
