@@ -9,15 +9,18 @@ keeps low sign-up limits, tested last); each restarts what it stopped.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import os
 import secrets
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -31,6 +34,8 @@ FAULTS_ENV = {
     **TEST_ENV,
     "SIGNUP_MAX_PER_IP": str(SIGNUP_PER_IP),
     "SIGNUP_MAX_TOTAL": str(SIGNUP_TOTAL),
+    # Records' statement timeout, below the callers' deadline (GRPC_CALL_TIMEOUT, 10 s).
+    "DB_STATEMENT_TIMEOUT": "3",
 }
 CREATE_PERSON = 'mutation { createPerson(data: {firstName: "G"}) { id } }'
 
@@ -130,7 +135,7 @@ def test_b_probes_name_what_is_down(faults_stack: Stack, http: httpx.Client) -> 
         try:
             health = _wait_until(
                 f"/healthz reports {part} down",
-                lambda: (r := http.get("/healthz")).json()["failing"] == [part] and r,
+                lambda part=part: (r := http.get("/healthz")).json()["failing"] == [part] and r,
             )
             assert health.status_code == 200
             assert health.json()["status"] == "degraded"
@@ -239,7 +244,7 @@ def test_c_writes_answered_5xx_are_retried_by_id_without_duplicates(
     assert failed, "no write failed: PostgreSQL did not stall long enough"
     _wait_until("writes succeed again", lambda: _written(http, admin))
     retried = {record_id: _create(http, admin, id=record_id) for record_id in failed}
-    for record_id, response in retried.items():
+    for response in retried.values():
         # 201: the first try was not written; 400 naming `id`: it was, once.
         assert response.status_code in (201, 400), response.text
         if response.status_code == 400:
@@ -253,6 +258,46 @@ def test_c_writes_answered_5xx_are_retried_by_id_without_duplicates(
         f"({sorted(set(statuses.values()))}), failed but committed {committed_anyway}, "
         f"found {len(ids)} x 1"
     )
+
+
+def test_c_a_write_stalled_past_the_statement_timeout_is_a_definite_503(
+    faults_stack: Stack, http: httpx.Client, admin: Session
+) -> None:
+    """A write waiting on a lock longer than the gateway's deadline: PostgreSQL cancels it at
+    the statement timeout (rolled back), so the client gets 503 and the record does not exist,
+    never a 504 for a write that commits after the answer."""
+    assert _written(http, admin)  # the workspace's tables exist
+    assert faults_stack.infra is not None
+    schema = "ws_" + admin.workspace_id.replace("-", "")
+    locked, release = threading.Event(), threading.Event()
+
+    async def hold_locks() -> None:
+        connection = await asyncpg.connect(faults_stack.infra.database_url)  # type: ignore[union-attr]
+        try:
+            async with connection.transaction():
+                tables = await connection.fetch(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = $1", schema
+                )
+                names = ", ".join(f'"{schema}"."{row["tablename"]}"' for row in tables)
+                await connection.execute(f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE")
+                locked.set()
+                await asyncio.to_thread(release.wait, 30)
+        finally:
+            await connection.close()
+
+    holder = threading.Thread(target=asyncio.run, args=(hold_locks(),))
+    holder.start()
+    try:
+        assert locked.wait(30)
+        record_id = str(uuid.uuid4())
+        stalled = _create(http, admin, id=record_id)
+        time.sleep(12 - 3)  # past the gateway's deadline: a write still waiting would commit now
+    finally:
+        release.set()
+        holder.join(30)
+    _assert_unavailable(stalled)
+    assert http.get(f"/rest/people/{record_id}", headers=admin.headers).status_code == 404
+    assert _create(http, admin, id=record_id).status_code == 201  # the retry writes it, once
 
 
 def test_f_signup_is_limited_per_ip_then_in_total(http: httpx.Client) -> None:
@@ -275,4 +320,5 @@ def test_f_signup_is_limited_per_ip_then_in_total(http: httpx.Client) -> None:
     assert sign_up(_ip()).status_code == 201  # another IP is not refused
     # The total limit: fresh IPs are refused too once SIGNUP_MAX_TOTAL sign-ups were made.
     statuses = [sign_up(_ip()).status_code for _ in range(SIGNUP_TOTAL)]
-    assert statuses[-1] == 429 and set(statuses) == {201, 429}, statuses
+    assert statuses[-1] == 429, statuses
+    assert set(statuses) == {201, 429}, statuses

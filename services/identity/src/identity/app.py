@@ -45,7 +45,7 @@ async def serve(settings: IdentitySettings) -> None:
     observe_pools(registry, {"identity": pool})
     redis = Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     metadata_channel = open_channel(settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT)
-    cache = CredentialCache(redis, settings.CREDENTIAL_CACHE_TTL)
+    cache = CredentialCache(redis, settings.CREDENTIAL_CACHE_TTL, metrics.cache_failures)
     deps = Deps(
         settings=settings,
         pool=pool,
