@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import secrets
 import signal
@@ -18,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -215,13 +217,30 @@ def test_d_login_limits_hold_without_valkey(
     assert right_elsewhere.status_code == 200, right_elsewhere.text
 
 
+def _signal_all(postmaster: int, sig: int) -> None:
+    """`sig` to PostgreSQL's postmaster and every backend it started (a stall of the server,
+    not only of new connections)."""
+    pids = [postmaster]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[1]) == postmaster:
+            pids.append(int(stat.parent.name))
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 def test_c_writes_answered_5xx_are_retried_by_id_without_duplicates(
     faults_stack: Stack, http: httpx.Client, admin: Session
 ) -> None:
     """PostgreSQL stalls (SIGSTOP) for longer than the gateway's deadline under a steady writer
     with client-chosen ids: every write is answered 201, 503 or 504 (never 500), every 201 is
     stored once, and retrying each failed write with its id yields exactly one record."""
-    postgres = faults_stack.infra.servers["postgres"].process  # type: ignore[union-attr]
+    postmaster = faults_stack.infra.servers["postgres"].process.pid  # type: ignore[union-attr]
+    assert postmaster is not None
     ids = [str(uuid.uuid4()) for _ in range(60)]
 
     def write(record_id: str) -> int:
@@ -232,12 +251,12 @@ def test_c_writes_answered_5xx_are_retried_by_id_without_duplicates(
         futures = []
         for number, record_id in enumerate(ids):
             if number == 10:
-                postgres.send(signal.SIGSTOP)
+                _signal_all(postmaster, signal.SIGSTOP)
                 stopped = time.monotonic()
             futures.append(pool.submit(write, record_id))
             time.sleep(0.05)
         time.sleep(max(0.0, 13 - (time.monotonic() - stopped)))
-        postgres.send(signal.SIGCONT)
+        _signal_all(postmaster, signal.SIGCONT)
         statuses = dict(zip(ids, (future.result() for future in futures), strict=True))
     assert set(statuses.values()) <= {201, 503, 504}, statuses
     failed = [record_id for record_id, status in statuses.items() if status != 201]
