@@ -42,8 +42,8 @@ class OutageLog:
         self._failures += 1
         if self._since is None:
             self._since = self._reminded = now
-            if self._counter is not None:
-                self._counter.labels(self.dependency).inc()
+            if self._counter is not None:  # labelled by the name before any "(what for)"
+                self._counter.labels(self.dependency.split(" (", 1)[0]).inc()
             self._log.warning(
                 "%s unavailable (logged once per outage): %s",
                 self.dependency,
