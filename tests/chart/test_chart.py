@@ -248,7 +248,7 @@ def test_probes_and_resources_are_set(scenario: tuple[str, dict[str, Any], Rende
         ports = {port["name"]: port["containerPort"] for port in spec["ports"]}
         probes = {kind: spec[f"{kind}Probe"] for kind in ("startup", "readiness", "liveness")}
         if service == "gateway":
-            assert probes["readiness"]["httpGet"] == {"path": "/healthz", "port": "http"}
+            assert probes["readiness"]["httpGet"] == {"path": "/readyz", "port": "http"}
             assert probes["liveness"]["httpGet"] == {"path": "/livez", "port": "http"}
             assert probes["startup"]["httpGet"] == {"path": "/livez", "port": "http"}
             assert ports == {"http": values["ports"]["http"], "metrics": values["ports"]["metrics"]}

@@ -53,6 +53,10 @@ TEST_ENV: dict[str, str] = {
     # on one token, thousands of records paged through). The limit itself is tested on
     # `scaled_stack`, which keeps the default 100 calls per 60 s.
     "API_RATE_LIMITING_LIMIT": "1000000",
+    # Every test signs up from 127.0.0.1, hundreds per run; the sign-up limits are tested on the
+    # stack of test_faults.py.
+    "SIGNUP_MAX_PER_IP": "100000",
+    "SIGNUP_MAX_TOTAL": "100000",
 }
 
 # The stack of test_rate_limits.py and test_scaling.py: two gateways and two webhook deliverers,

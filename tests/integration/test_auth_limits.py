@@ -1,5 +1,6 @@
-"""Brute-force limits (failed attempts per client IP and per email, 10 a minute by default)
-and the CORS allow-list (no CORS headers unless CORS_ORIGINS names the origin)."""
+"""Brute-force limits (failed logins per (email, client IP), 10 a minute by default, and per
+client IP, 50 a minute) and the CORS allow-list (no CORS headers unless CORS_ORIGINS names the
+origin)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import httpx
 
 from crmstack.client import graphql_data, signup, unique_email
 
-LIMIT = 10  # AUTH_MAX_FAILED_ATTEMPTS default
+LIMIT = 10  # AUTH_MAX_FAILED_ATTEMPTS default: failures per (email, client IP)
+PER_IP_LIMIT = 50  # AUTH_MAX_FAILED_ATTEMPTS_PER_IP default: failures per client IP
 
 
 def _ip() -> str:
@@ -25,22 +27,34 @@ def _login(client: httpx.Client, email: str, password: str, ip: str) -> httpx.Re
     )
 
 
-def test_failures_per_email_are_limited_even_from_many_ips(client: httpx.Client) -> None:
+def test_failures_per_account_and_ip_do_not_lock_the_owner_out(client: httpx.Client) -> None:
+    """OWASP: failures count per (account, IP), so a guesser is stopped without locking the
+    account's owner out from elsewhere."""
     user = signup(client)
+    attacker = _ip()
     for _ in range(LIMIT):
-        assert _login(client, user.email, "wrong password", _ip()).status_code == 401
-    blocked = _login(client, user.email, user.password, _ip())
+        assert _login(client, user.email, "wrong password", attacker).status_code == 401
+    blocked = _login(client, user.email, user.password, attacker)
     assert blocked.status_code == 429
     assert int(blocked.headers["retry-after"]) > 0
     body = blocked.json()
     assert body["statusCode"] == 429
     assert body["error"] == "Too Many Requests"
+    # The right password from another IP logs in while the attacker's IP is locked out, and the
+    # attacker's IP may still log in to other accounts (its per-IP limit is higher).
+    assert _login(client, user.email, user.password, _ip()).status_code == 200
+    other = signup(client)
+    assert _login(client, other.email, other.password, attacker).status_code == 200
+    # Guesses spread over many IPs each get their own allowance; the owner is never locked out.
+    for _ in range(LIMIT):
+        assert _login(client, user.email, "wrong password", _ip()).status_code == 401
+    assert _login(client, user.email, user.password, _ip()).status_code == 200
 
 
 def test_failures_per_ip_are_limited_across_emails(client: httpx.Client) -> None:
     user = signup(client)
     ip = _ip()
-    for _ in range(LIMIT):
+    for _ in range(PER_IP_LIMIT):
         assert _login(client, unique_email("guess"), "wrong password", ip).status_code == 401
     assert _login(client, user.email, user.password, ip).status_code == 429
     # The same account from elsewhere is fine: only that IP is blocked.

@@ -60,7 +60,11 @@ def test_killed_service_makes_healthz_503_naming_it(
     try:
         body = _wait_for_status(client, 503)
         assert body["failing"] == ["webhooks"]
+        assert body["status"] == "unavailable"
         assert body["checks"]["webhooks"]["status"] == "down"  # type: ignore[index]
+        ready = client.get("/readyz")  # the readiness probe: an upstream is needed to serve
+        assert ready.status_code == 503
+        assert ready.json()["failing"] == ["webhooks"]
     finally:
         local_stack.restart("webhooks")
     body = _wait_for_status(client, 200)

@@ -1,4 +1,5 @@
-"""Gateway probes: /livez (liveness) stays 200 while /healthz (readiness) reports an outage."""
+"""Gateway probes: /livez (liveness) stays 200 while /readyz (readiness) and /healthz report an
+outage of an upstream (docs/deploy.md, Probes; Redis and NATS: tests/integration/test_faults.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def test_livez_stays_ok_while_an_upstream_is_down(local_stack: Stack, client: ht
     local_stack.kill("records")
     try:
         _wait_for_healthz(client, 503)
+        assert client.get("/readyz").status_code == 503
         response = client.get("/livez")
         assert response.status_code == 200
         assert response.json() == {"status": "ok"}

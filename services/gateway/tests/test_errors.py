@@ -28,7 +28,7 @@ from gateway.graphql.errors import format_graphql_error
         (PermissionDenied("no"), 403, "Forbidden", "FORBIDDEN"),
         (NotFound("gone"), 404, "Not Found", "NOT_FOUND"),
         (ResourceExhausted("slow down"), 429, "Too Many Requests", "RATE_LIMIT_EXCEEDED"),
-        (Unavailable("down"), 503, "Service Unavailable", "INTERNAL_SERVER_ERROR"),
+        (Unavailable("down"), 503, "Service Unavailable", "SERVICE_UNAVAILABLE"),
         (Internal("boom"), 500, "Internal Server Error", "INTERNAL_SERVER_ERROR"),
     ],
 )
@@ -46,6 +46,13 @@ def test_one_mapping_for_rest_and_graphql(
     response = rest_error_response(error)
     assert response.status_code == status
     assert orjson.loads(bytes(response.body)) == body
+
+
+def test_unavailable_says_when_to_retry() -> None:
+    error = Unavailable("database unavailable")
+    assert rest_error_response(error).headers["retry-after"] == "2"
+    assert graphql_extensions(error) == {"code": "SERVICE_UNAVAILABLE", "retryAfter": 2}
+    assert "retry-after" not in rest_error_response(Internal("boom")).headers
 
 
 def test_graphql_error_names_the_field() -> None:

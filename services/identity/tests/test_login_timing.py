@@ -109,4 +109,4 @@ async def test_one_verification_and_the_same_error(known: bool) -> None:
         await check_password(deps, email=" A@Example.com ", password="wrong", client_ip="192.0.2.1")
     assert error.value.message == WRONG_CREDENTIALS
     assert hasher.verifications == 1
-    assert limiter.begun == [[("ip", "192.0.2.1"), ("email", "a@example.com")]]
+    assert limiter.begun == [[("ip", "192.0.2.1"), ("email-ip", "a@example.com 192.0.2.1")]]

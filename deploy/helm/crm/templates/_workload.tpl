@@ -19,9 +19,10 @@ templates/services.yaml. Context: (dict "root" $ "name" <service> "svc" <its val
 {{- end -}}
 
 {{/*
-gRPC services answer the standard gRPC health check (native probes). The gateway's /healthz
-checks every upstream and the infrastructure, which suits readiness; liveness and startup use
-/livez, which only proves the process serves HTTP, so a dependency outage restarts nothing.
+gRPC services answer the standard gRPC health check (native probes). The gateway's /readyz
+checks what a request needs (every upstream and the database), which suits readiness; Redis and
+NATS outages are served (degraded, shown by /healthz); liveness and startup use /livez, which
+only proves the process serves HTTP, so a dependency outage restarts nothing.
 */}}
 {{- define "crm.probes" -}}
 {{- if include "crm.isGateway" . }}

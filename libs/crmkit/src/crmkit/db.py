@@ -21,6 +21,8 @@ import orjson
 from asyncpg.pool import PoolConnectionProxy
 from opentelemetry import trace
 
+from crmkit.outages import OutageLog
+
 log = logging.getLogger("crmkit.db")
 _tracer = trace.get_tracer("crmkit.db")
 _MAX_QUERY_TEXT = 2048
@@ -217,8 +219,15 @@ async def migrate(dsn: str, schema: str, package: str) -> list[str]:
 # A connection of its own or one acquired from a pool: what a store's functions accept.
 Connection = asyncpg.Connection | PoolConnectionProxy
 
-# What a statement raises while PostgreSQL is down, restarting or refusing it.
-DATABASE_UNAVAILABLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+# What a statement raises while PostgreSQL is down, restarting or refusing it. InternalClientError:
+# a connection closed under a statement can leave asyncpg's protocol mid-operation ("cannot switch
+# to state ..."); a loop that reconnects recovers from it as from the loss itself.
+DATABASE_UNAVAILABLE = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+)
 
 
 async def retry_while_unavailable(
@@ -226,13 +235,17 @@ async def retry_while_unavailable(
 ) -> T:
     """`attempt()`, again every second while the database fails it: work that must not be
     dropped (an unacknowledged event, an outcome under a lease) waits out a PostgreSQL restart.
-    `failure` names it in the warning logged for each failed try."""
+    `failure` names it in the warning, logged once per outage (crmkit.outages)."""
+    outage = OutageLog(f"database ({failure}, retrying)", logger)
     while True:
         try:
-            return await attempt()
+            result = await attempt()
         except DATABASE_UNAVAILABLE as exc:
-            logger.warning("%s, retrying: %s", failure, exc)
+            outage.failed(exc)
             await asyncio.sleep(1)
+        else:
+            outage.recovered()
+            return result
 
 
 async def update_workspace_row(

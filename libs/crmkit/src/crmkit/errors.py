@@ -11,6 +11,8 @@ from typing import ClassVar
 
 import asyncpg
 import grpc
+import nats.errors
+import nats.js.errors
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
@@ -118,6 +120,37 @@ def from_database_value_error(exc: asyncpg.exceptions.DataError) -> InvalidArgum
     if exc.sqlstate == "22021" and "0x00" in str(exc):
         return InvalidArgument("text values must not contain the NUL character (\\u0000)")
     return InvalidArgument(f"invalid value: {exc}")
+
+
+# PostgreSQL refusing or dropping the connection (class 08), shutting down or not yet accepting
+# (57P01-57P03), out of connections (53300), or cancelling a statement past statement_timeout
+# (57014: the transaction is rolled back, so the answer is a definite "not written").
+_DATABASE_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "57014"})
+_NATS_UNAVAILABLE = (
+    nats.errors.ConnectionClosedError,
+    nats.errors.NoServersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.NoRespondersError,
+    nats.errors.TimeoutError,
+    nats.js.errors.ServiceUnavailableError,
+)
+
+
+def unavailable_dependency(exc: BaseException) -> str | None:
+    """`database` or `nats` when `exc` is a connection-level failure of it (refused, reset, timed
+    out, closed mid-query, shutting down), which a caller may retry; None for anything else."""
+    if isinstance(exc, _NATS_UNAVAILABLE):
+        return "nats"
+    if isinstance(exc, asyncpg.PostgresConnectionError):
+        return "database"
+    if isinstance(exc, asyncpg.PostgresError):
+        return "database" if exc.sqlstate in _DATABASE_UNAVAILABLE_STATES else None
+    if isinstance(exc, asyncpg.InterfaceError):
+        return "database" if "connection is closed" in str(exc) else None
+    if isinstance(exc, OSError):  # refused, reset or timed out (TimeoutError) at pool acquire
+        return "database"
+    return None
 
 
 def to_status(error: ServiceError) -> status_pb2.Status:

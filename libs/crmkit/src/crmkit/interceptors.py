@@ -19,8 +19,15 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from crmkit.errors import ServiceError, from_database_value_error, to_rpc_status
+from crmkit.errors import (
+    ServiceError,
+    Unavailable,
+    from_database_value_error,
+    to_rpc_status,
+    unavailable_dependency,
+)
 from crmkit.metrics import GrpcServerMetrics
+from crmkit.outages import OutageLog
 from crmkit.telemetry import context_from_metadata, span_recordable
 
 log = logging.getLogger("crmkit.grpc")
@@ -46,6 +53,21 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, metrics: GrpcServerMetrics) -> None:
         self._metrics = metrics
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self._outages: dict[str, OutageLog] = {}
+
+    def _unavailable(self, dependency: str, exc: Exception) -> grpc.Status:
+        """A connection-level failure of PostgreSQL or NATS: UNAVAILABLE, logged once per
+        outage (not a traceback per call)."""
+        outage = self._outages.get(dependency)
+        if outage is None:
+            outage = OutageLog(dependency, log, self._metrics.outages)
+            self._outages[dependency] = outage
+        outage.failed(exc)
+        return to_rpc_status(Unavailable(f"{dependency} unavailable, try again"))
+
+    def _answered(self) -> None:
+        for outage in self._outages.values():
+            outage.recovered()
 
     async def intercept_service(
         self,
@@ -105,6 +127,8 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                         result = behavior(request, context)
                         if inspect.isawaitable(result):
                             result = await result
+                        if self._outages:
+                            self._answered()
                         return result
                     except (ServiceError, asyncpg.exceptions.DataError) as exc:
                         error = (
@@ -120,6 +144,11 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                         code = _context_code(context)
                         raise
                     except Exception as exc:  # the one place unexpected errors become INTERNAL
+                        dependency = unavailable_dependency(exc)
+                        if dependency is not None:
+                            code = grpc.StatusCode.UNAVAILABLE
+                            span.set_attribute("rpc.grpc.status_code", code.value[0])
+                            await context.abort_with_status(self._unavailable(dependency, exc))
                         code = grpc.StatusCode.INTERNAL
                         span.record_exception(exc)
                         span.set_status(trace.Status(trace.StatusCode.ERROR))
@@ -149,7 +178,11 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             except grpc.aio.AbortError:
                 code = _context_code(context)
                 raise
-            except Exception:
+            except Exception as exc:
+                dependency = unavailable_dependency(exc)
+                if dependency is not None:
+                    code = grpc.StatusCode.UNAVAILABLE
+                    await context.abort_with_status(self._unavailable(dependency, exc))
                 code = grpc.StatusCode.INTERNAL
                 log.exception("unhandled error in %s", method)
                 await context.abort(code, "internal server error")

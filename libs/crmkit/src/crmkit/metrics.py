@@ -22,6 +22,7 @@ class GrpcServerMetrics:
     requests: Counter
     duration: Histogram
     in_flight: Gauge
+    outages: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> GrpcServerMetrics:
@@ -42,6 +43,13 @@ class GrpcServerMetrics:
             in_flight=Gauge(
                 "grpc_server_in_flight",
                 "gRPC calls being handled.",
+                registry=registry,
+            ),
+            outages=Counter(
+                "dependency_outages_total",
+                "Outages of a dependency (database, nats, redis) this process saw: calls "
+                "answered UNAVAILABLE or served degraded until it answered again.",
+                ["dependency"],
                 registry=registry,
             ),
         )

@@ -33,7 +33,7 @@ from gateway.graphql.endpoint import (
 )
 from gateway.graphql.parts import registered_parts
 from gateway.graphql.schema import build_static_schema
-from gateway.health import healthz, livez
+from gateway.health import healthz, livez, readyz
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit.http import RateLimitHeadersMiddleware
 from gateway.ratelimit.limiter import RateLimiter
@@ -212,6 +212,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     routes = RouteTable()
     routes.add(app, "/healthz", healthz, ["GET"])
     routes.add(app, "/livez", livez, ["GET"])
+    routes.add(app, "/readyz", readyz, ["GET"])
     install_auth(app, routes, settings)
     parts = registered_parts()
     development = settings.is_development

@@ -31,12 +31,14 @@ _MAPPINGS: dict[grpc.StatusCode, ErrorMapping] = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: ErrorMapping(
         429, "Too Many Requests", "RATE_LIMIT_EXCEEDED"
     ),
-    grpc.StatusCode.UNAVAILABLE: ErrorMapping(503, "Service Unavailable", "INTERNAL_SERVER_ERROR"),
+    grpc.StatusCode.UNAVAILABLE: ErrorMapping(503, "Service Unavailable", "SERVICE_UNAVAILABLE"),
     grpc.StatusCode.DEADLINE_EXCEEDED: ErrorMapping(
         504, "Gateway Timeout", "INTERNAL_SERVER_ERROR"
     ),
 }
 _INTERNAL = ErrorMapping(500, "Internal Server Error", "INTERNAL_SERVER_ERROR")
+# Seconds a client should wait before retrying a 503 (a dependency restarting or failing over).
+UNAVAILABLE_RETRY_AFTER = "2"
 
 
 def mapping_for(error: ServiceError) -> ErrorMapping:
@@ -56,6 +58,8 @@ def rest_error_body(error: ServiceError) -> dict[str, Any]:
 
 def rest_error_response(error: ServiceError, headers: Mapping[str, str] | None = None) -> Response:
     body = rest_error_body(error)
+    if error.code == grpc.StatusCode.UNAVAILABLE:
+        headers = {"Retry-After": retry_after(error), **(headers or {})}
     return Response(
         orjson.dumps(body),
         status_code=body["statusCode"],
@@ -70,4 +74,11 @@ def graphql_extensions(error: ServiceError) -> dict[str, Any]:
     if error.field is not None:
         extensions["field"] = error.field
     extensions.update(error.metadata)
+    if error.code == grpc.StatusCode.UNAVAILABLE:
+        extensions["retryAfter"] = int(retry_after(error))
     return extensions
+
+
+def retry_after(error: ServiceError) -> str:
+    """Seconds to wait before retrying a refused or unavailable call."""
+    return error.metadata.get("retryAfter") or UNAVAILABLE_RETRY_AFTER

@@ -1,7 +1,14 @@
-"""GET /healthz: each upstream's gRPC health plus database, Redis and NATS reachability.
+"""The gateway's probes: what each says, and so which outage takes a gateway out of service.
 
-GET /livez only proves that this process answers HTTP: the liveness probe, which must not
-restart a healthy gateway because a dependency is down (that is /healthz's, readiness's, job).
+- GET /livez: the process answers HTTP (liveness, startup). Nothing else: restarting a gateway
+  never fixes a dependency.
+- GET /readyz: what a request needs to be served, every upstream gRPC service and PostgreSQL;
+  503 naming the failing parts otherwise (readiness: the Service's endpoints).
+- GET /healthz: every part, including Redis and NATS, which requests survive without (rate
+  limits and the credential cache fail open, events wait in the outbox): 200 `ok`, 200
+  `degraded` naming them when only those fail, 503 `unavailable` when a readiness part fails.
+
+Each check also sets `gateway_dependency_up`.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from crmkit.db import ping
 from gateway.state import GatewayState, gateway_state
 
 Check = Callable[[], Awaitable[None]]
+# What requests are served without (fail open); the rest is what readiness needs.
+OPTIONAL = frozenset({"redis", "nats"})
 
 
 async def _timed(name: str, check: Check, timeout: float) -> tuple[str, dict[str, Any]]:
@@ -35,7 +44,7 @@ async def _timed(name: str, check: Check, timeout: float) -> tuple[str, dict[str
     return name, {"status": "up", "latencyMs": round((time.perf_counter() - started) * 1000, 2)}
 
 
-def _checks(state: GatewayState) -> dict[str, Check]:
+def _checks(state: GatewayState, *, optional: bool) -> dict[str, Check]:
     checks: dict[str, Check] = {}
     for name, channel in state.upstreams.channels.items():
         stub = health_pb2_grpc.HealthStub(channel)
@@ -55,6 +64,9 @@ def _checks(state: GatewayState) -> dict[str, Check]:
 
         checks["database"] = database_check
 
+    if not optional:
+        return checks
+
     async def redis_check() -> None:
         await state.redis.ping()
 
@@ -68,17 +80,34 @@ def _checks(state: GatewayState) -> dict[str, Check]:
     return checks
 
 
-async def healthz(request: Request) -> Response:
-    state = gateway_state(request)
+async def _run(state: GatewayState, *, optional: bool) -> tuple[dict[str, Any], list[str]]:
     timeout = state.settings.HEALTH_CHECK_TIMEOUT
-    results = dict(
-        await asyncio.gather(*(_timed(n, c, timeout) for n, c in _checks(state).items()))
-    )
+    checks = _checks(state, optional=optional)
+    results = dict(await asyncio.gather(*(_timed(n, c, timeout) for n, c in checks.items())))
+    up = state.metrics.dependency_up
+    for name, result in results.items():
+        up.labels(name).set(1 if result["status"] == "up" else 0)
     failing = sorted(name for name, result in results.items() if result["status"] != "up")
-    body = {"status": "ok" if not failing else "unavailable", "failing": failing, "checks": results}
-    return Response(
-        orjson.dumps(body), status_code=503 if failing else 200, media_type="application/json"
-    )
+    return results, failing
+
+
+def _json(body: dict[str, Any], status: int) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+async def healthz(request: Request) -> Response:
+    results, failing = await _run(gateway_state(request), optional=True)
+    if any(name not in OPTIONAL for name in failing):
+        status, code = "unavailable", 503
+    else:
+        status, code = ("degraded" if failing else "ok"), 200
+    return _json({"status": status, "failing": failing, "checks": results}, code)
+
+
+async def readyz(request: Request) -> Response:
+    results, failing = await _run(gateway_state(request), optional=False)
+    body = {"status": "unavailable" if failing else "ok", "failing": failing, "checks": results}
+    return _json(body, 503 if failing else 200)
 
 
 LIVE_BODY = orjson.dumps({"status": "ok"})

@@ -25,6 +25,8 @@ class GatewayMetrics:
     record_feed_resets: Counter
     rate_limit_rejections: Counter
     rate_limit_failures: Counter
+    dependency_up: Gauge
+    outages: Counter
 
     @classmethod
     def create(cls) -> GatewayMetrics:
@@ -107,6 +109,18 @@ class GatewayMetrics:
             rate_limit_failures=Counter(
                 "gateway_rate_limit_failures_total",
                 "Rate-limit checks that could not reach Redis; the call was admitted (fail open).",
+                registry=registry,
+            ),
+            dependency_up=Gauge(
+                "gateway_dependency_up",
+                "1 when the dependency answered the last /healthz or /readyz check, else 0.",
+                ["dependency"],
+                registry=registry,
+            ),
+            outages=Counter(
+                "dependency_outages_total",
+                "Outages of a dependency this process saw (see crmkit.outages).",
+                ["dependency"],
                 registry=registry,
             ),
         )

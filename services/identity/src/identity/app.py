@@ -14,7 +14,7 @@ from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
-from identity.brute_force import AttemptLimiter
+from identity.brute_force import AttemptLimiter, attempt_rules
 from identity.cache import CredentialCache
 from identity.deps import Deps
 from identity.mail import EmailJob, SmtpSender, SmtpTarget
@@ -47,16 +47,14 @@ async def serve(settings: IdentitySettings) -> None:
     metadata_channel = open_channel(
         settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
     )
-    cache = CredentialCache(redis, settings.CREDENTIAL_CACHE_TTL)
+    cache = CredentialCache(redis, settings.CREDENTIAL_CACHE_TTL, metrics.cache_failures)
     deps = Deps(
         settings=settings,
         pool=pool,
         redis=redis,
         codec=PrincipalCodec(settings.APP_SECRET),
         cache=cache,
-        limiter=AttemptLimiter(
-            redis, settings.AUTH_MAX_FAILED_ATTEMPTS, settings.AUTH_ATTEMPT_WINDOW
-        ),
+        limiter=AttemptLimiter(redis, *attempt_rules(settings)),
         passwords=Passwords(concurrency=settings.PASSWORD_HASH_CONCURRENCY),
         sessions=Sessions(
             settings.APP_SECRET,

@@ -35,7 +35,8 @@ async def check_password(
         raise InvalidArgument(
             f"password must have at most {MAX_LENGTH} characters", field="password"
         )
-    attempt = await deps.limiter.begin([("ip", client_ip), ("email", email)])
+    # Per (email, IP), not per email: a guesser elsewhere cannot lock the owner out (OWASP).
+    attempt = await deps.limiter.begin([("ip", client_ip), ("email-ip", f"{email} {client_ip}")])
     query = USER_WITH_ROLE + " WHERE u.email = $1"
     args: list[object] = [email]
     if workspace_id is not None:

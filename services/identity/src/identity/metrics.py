@@ -13,6 +13,7 @@ class IdentityMetrics:
     credential_resolutions: Counter
     emails: Counter
     revocations: Counter
+    cache_failures: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> IdentityMetrics:
@@ -39,6 +40,12 @@ class IdentityMetrics:
                 "identity_credential_revocations_total",
                 "Credentials revoked, by kind.",
                 ["kind"],
+                registry=registry,
+            ),
+            cache_failures=Counter(
+                "identity_credential_cache_failures_total",
+                "Credential cache writes that failed or were skipped while Redis was unreachable.",
+                ["operation"],
                 registry=registry,
             ),
         )

@@ -18,10 +18,17 @@ class IdentitySettings(GrpcServiceSettings, DatabaseSettings, RedisSettings):
     PASSWORD_RESET_TOKEN_EXPIRES_IN: Duration = 5 * 60
     OAUTH_CODE_EXPIRES_IN: Duration = 10 * 60
 
-    # Brute-force limits on login, the OAuth token endpoint and the consent page: failed attempts
-    # per client IP and per email (or OAuth client) within a fixed window.
+    # Brute-force limits (docs/auth.md): failed password checks per (email, client IP) and failed
+    # OAuth client authentications per client IP and per client_id; failed password checks per
+    # client IP, whatever the email, under their own, higher limit. Fixed windows.
     AUTH_MAX_FAILED_ATTEMPTS: int = Field(default=10, ge=1)
+    AUTH_MAX_FAILED_ATTEMPTS_PER_IP: int = Field(default=50, ge=1)
     AUTH_ATTEMPT_WINDOW: Duration = 60
+
+    # Sign-up (an argon2 hash and a new schema each): per client IP and in total, every attempt.
+    SIGNUP_MAX_PER_IP: int = Field(default=100, ge=1)
+    SIGNUP_MAX_TOTAL: int = Field(default=2000, ge=1)
+    SIGNUP_WINDOW: Duration = 600
 
     # Password hashes computed at once (argon2id takes 64 MiB each): bounds memory under load.
     PASSWORD_HASH_CONCURRENCY: int = Field(default=2, ge=1, le=64)

@@ -29,6 +29,7 @@ async def serve(settings: RecordsSettings) -> None:
         # Requests never change session state (no SET, LISTEN, cursors or session advisory
         # locks; the relay has its own connection): skip the reset round trip per call.
         reset_session=False,
+        session_settings={"statement_timeout": f"{round(settings.DB_STATEMENT_TIMEOUT * 1000)}"},
     )
     observe_pools(registry, {"records": pool})
     nats = await messaging.connect(settings.NATS_URL, "records")

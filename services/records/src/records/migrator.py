@@ -57,6 +57,7 @@ async def migrate(pool: Any, change_id: str, schema: md.WorkspaceSchema) -> Migr
         raise InvalidArgument(f"invalid schema: {exc}", field="schema") from None
     schema_name = workspace_schema_name(workspace_id)
     async with pool.acquire() as connection, connection.transaction():
+        await connection.execute("SET LOCAL statement_timeout = 0")  # DDL may take long
         await connection.execute("SELECT pg_advisory_xact_lock($1)", lock_key(workspace_id))
         seen = await connection.fetchval(
             "SELECT version FROM records.schema_changes WHERE change_id = $1", change_id

@@ -33,6 +33,7 @@ from opentelemetry import trace
 
 from crmkit.db import DATABASE_UNAVAILABLE
 from crmkit.messaging import RECORD_EVENTS_STREAM, ensure_record_stream
+from crmkit.outages import OutageLog
 from crmkit.telemetry import extract_context, inject_headers
 from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, message_of, waves
 from records.metrics import RecordsMetrics
@@ -81,6 +82,7 @@ class OutboxRelay:
         self._wake = asyncio.Event()
         self._stream_ready = False
         self._next_prune = 0.0
+        self._outage = OutageLog("database (outbox relay)", log)
 
     async def run(self) -> None:
         """Forever: wait to become the active relay, then publish until the connection fails."""
@@ -88,6 +90,7 @@ class OutboxRelay:
             connection: Any = None
             try:
                 connection = await self._connect("relay")
+                self._outage.recovered()
                 if await connection.fetchval("SELECT pg_try_advisory_lock($1)", LOCK_KEY):
                     log.info("outbox relay active")
                     self._metrics.relay_active.set(1)
@@ -98,7 +101,7 @@ class OutboxRelay:
                         keeper.cancel()
                         await asyncio.gather(keeper, return_exceptions=True)
             except DATABASE_UNAVAILABLE as exc:
-                log.warning("outbox relay lost its database connection: %s", exc)
+                self._outage.failed(exc)
             finally:
                 self._metrics.relay_active.set(0)
                 if connection is not None:

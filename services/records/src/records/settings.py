@@ -8,6 +8,11 @@ from crmkit.settings import DatabaseSettings, Duration, GrpcServiceSettings, Nat
 
 
 class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
+    # Seconds a statement may run (PostgreSQL's statement_timeout; 0: no limit). Below the callers'
+    # deadline (GRPC_CALL_TIMEOUT, 10 s) so a stalled write is cancelled and rolled back, a
+    # definite 503, before the caller gives up with a 504 that may still commit. Schema migrations
+    # are exempt (their caller sets their deadline).
+    DB_STATEMENT_TIMEOUT: float = Field(default=8.0, ge=0)
     # Prepared statements kept per connection (one per table, version and query shape).
     DB_STATEMENT_CACHE_SIZE: int = Field(default=1024, ge=0)
     # Workspaces whose compiled data model is kept in memory.

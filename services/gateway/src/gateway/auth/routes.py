@@ -65,6 +65,7 @@ async def _signup(request: Request, state: GatewayState) -> Response:
             first_name=text(body, "firstName"),
             last_name=text(body, "lastName"),
             workspace_name=text(body, "workspaceName"),
+            client_ip=_ip(request, state),
         ),
         [],
     )

@@ -5,10 +5,17 @@ by this process is recognised without redoing the HMAC, gateway.verified_tokens)
 personal access tokens are parsed locally. Then one GET of the credential's cache entry (written by
 identity on issue, change and revocation) decides: revoked, expired, wrong secret, or the
 principal. On a miss (or Redis unreachable) identity answers from Postgres and refills it.
+
+While Redis is unreachable from this gateway, identity's answer for a credential is reused for
+`OUTAGE_ANSWER_SECONDS` (only then, and forgotten when Redis answers again), so an outage costs
+one identity call per credential a second rather than one per request. A change can commit in
+that time only if identity reaches Redis while this gateway does not (changes need Redis), so a
+revocation may then take effect here up to that long after it answered.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 
@@ -19,6 +26,7 @@ from redis.exceptions import RedisError
 from crm.common.v1 import common_pb2
 from crm.identity.v1 import identity_pb2, identity_pb2_grpc
 from crmkit.errors import Unauthenticated, from_rpc_error
+from crmkit.outages import OutageLog
 from crmkit.tokens import (
     Claims,
     SecretKind,
@@ -37,6 +45,8 @@ from gateway.verified_tokens import VerifiedTokens
 log = logging.getLogger("gateway.auth")
 
 MAX_TOKEN_LENGTH = 4096
+OUTAGE_ANSWER_SECONDS = 1.0
+_MAX_OUTAGE_ANSWERS = 10_000
 _SECRET_KINDS = {
     SecretKind.API_KEY: identity_pb2.CREDENTIAL_KIND_API_KEY,
     SecretKind.PERSONAL_ACCESS_TOKEN: identity_pb2.CREDENTIAL_KIND_PERSONAL_ACCESS_TOKEN,
@@ -75,13 +85,20 @@ class CredentialVerifier:
         self._auth = auth
         self._metrics = metrics
         self._verified = verified if verified is not None else VerifiedTokens()
+        self._outage = OutageLog(
+            "redis (credential cache; identity answers)",
+            log,
+            metrics.outages if metrics is not None else None,
+        )
+        # (credential id, SHA-256 of the token) -> (principal, until): see the module's doc.
+        self._outage_answers: dict[tuple[str, str], tuple[common_pb2.Principal, float]] = {}
 
     async def verify(self, token: str) -> common_pb2.Principal:
         secret_token = parse_secret_token(token)
         if secret_token is not None:
             entry = await self._cached(secret_token.credential_id)
             if entry is None:
-                return await self._resolve(
+                return await self._resolve_uncached(
                     identity_pb2.ResolveCredentialRequest(
                         kind=_SECRET_KINDS[secret_token.kind],
                         credential_id=secret_token.credential_id,
@@ -93,7 +110,7 @@ class CredentialVerifier:
         grant_id = grant_of(claims.jti)
         entry = await self._cached(grant_id)
         if entry is None:
-            return await self._resolve(
+            return await self._resolve_uncached(
                 identity_pb2.ResolveCredentialRequest(
                     kind=identity_pb2.CREDENTIAL_KIND_ACCESS_TOKEN,
                     credential_id=grant_id,
@@ -135,8 +152,11 @@ class CredentialVerifier:
             raw = await self._redis.get(credential_cache_key(credential_id))
         except RedisError as exc:
             self._count_lookup("error")
-            log.warning("credential cache unreachable; asking identity", extra={"error": str(exc)})
+            self._outage.failed(exc)
             return None
+        if self._outage.down:
+            self._outage.recovered()
+            self._outage_answers.clear()
         if not isinstance(raw, bytes):
             self._count_lookup("miss")
             return None
@@ -147,6 +167,23 @@ class CredentialVerifier:
         except DecodeError:
             return None
         return entry
+
+    async def _resolve_uncached(
+        self, request: identity_pb2.ResolveCredentialRequest
+    ) -> common_pb2.Principal:
+        """Identity's answer on a miss, reused briefly while Redis is unreachable."""
+        if not self._outage.down:
+            return await self._resolve(request)
+        key = (request.credential_id, hashlib.sha256(request.secret.encode()).hexdigest())
+        now = time.monotonic()
+        known = self._outage_answers.get(key)
+        if known is not None and known[1] > now:
+            return known[0]
+        principal = await self._resolve(request)
+        if len(self._outage_answers) >= _MAX_OUTAGE_ANSWERS:
+            self._outage_answers.clear()
+        self._outage_answers[key] = (principal, now + OUTAGE_ANSWER_SECONDS)
+        return principal
 
     async def _resolve(
         self, request: identity_pb2.ResolveCredentialRequest

@@ -83,6 +83,8 @@ class AuthServicer(identity_pb2_grpc.AuthServiceServicer):
         first_name = validation.name(request.first_name, "firstName", required=False)
         last_name = validation.name(request.last_name, "lastName", required=False)
         workspace_name = validation.name(request.workspace_name, "workspaceName", required=True)
+        # Every sign-up counts (a hash and a schema each), per client IP and in total.
+        await deps.limiter.begin([("signup-ip", request.client_ip), ("signup", "all")])
         password_hash = await deps.passwords.hash(request.password)
         workspace_id, admin_id, member_id, user_id = (uuid.uuid4() for _ in range(4))
         async with deps.pool.acquire() as connection, connection.transaction():
