@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tests.integration.api_helpers import Api
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "200"))
 
 FIELDS = ["name", "employees", "city", "website", "idealCustomerProfile", "annualRecurringRevenue"]
 FIELDS += ["profile", "id", "ownerId", "createdAt", "people", "company", "amountMicros"]
