@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from tests.integration.api_helpers import Api
+from tests.integration.subscriptions_client import Socket
 
 
 @pytest.fixture
@@ -169,3 +171,28 @@ def test_a_field_named_like_a_system_column_is_bad_request(api: Api, name: str) 
     )
     assert error["extensions"]["code"] == "BAD_USER_INPUT", error
     assert error["extensions"]["field"] == "name", error
+
+
+async def test_deeply_nested_variables_over_a_websocket_are_an_operation_error(
+    base_url: str, api: Api
+) -> None:
+    flt = '{"not": ' * 900 + '{"firstName": {"eq": "x"}}' + "}" * 900
+    query = _encoded_json("subscription($f: PersonFilter) { personCreated(filter: $f) { id } }")
+    async with await Socket.open(base_url) as socket:
+        await socket.init(api.session.access_token)
+        await socket.connection.send(
+            '{"id": "deep", "type": "subscribe", "payload": {"query": '
+            + query
+            + ', "variables": {"f": '
+            + flt
+            + "}}}"
+        )
+        error = await socket.receive()
+        assert (error["type"], error["id"]) == ("error", "deep"), error
+        assert error["payload"][0]["extensions"]["code"] == "BAD_USER_INPUT", error
+        await socket.send({"type": "ping"})
+        assert (await socket.receive())["type"] == "pong"
+
+
+def _encoded_json(text: str) -> str:
+    return orjson.dumps(text).decode()

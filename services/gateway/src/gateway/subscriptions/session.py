@@ -28,6 +28,7 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 from crm.common.v1 import common_pb2
 from crmkit.authz import READ, object_access
 from crmkit.errors import Internal, PermissionDenied, ServiceError, Unauthenticated
+from crmkit.jsondepth import MAX_DOCUMENT_DEPTH, check_depth
 from gateway.auth import authenticate, credential_verifier
 from gateway.auth.verify import bearer_token
 from gateway.datamodel.model import DataModel
@@ -311,6 +312,9 @@ class SocketSession:
     async def _execute(self, message: Subscribe, principal: common_pb2.Principal) -> None:
         identifier = message.id
         try:
+            check_depth(
+                message.variables, MAX_DOCUMENT_DEPTH, field="variables", what="`variables`"
+            )
             await admit_operation(self.state, principal)
             prepared = await self.schemas.prepare(self.state, principal)
             if not await self._stream(message, principal, prepared, may_be_stale=True):
