@@ -145,14 +145,33 @@ def test_an_unparseable_url_is_bad_request_naming_it(api: Api, url: str) -> None
 
 def test_nul_in_a_workflow_header_or_test_record_is_bad_request(api: Api) -> None:
     error = _graphql_bad_input(api, CREATE_WORKFLOW, _workflow(headers={"X-Note": "a\u0000b"}))
-    assert "0x00" not in error["message"]
+    assert error["extensions"]["field"] == "action.headers.X-Note", error
     flow = api.data(CREATE_WORKFLOW, _workflow())["createWorkflow"]
     error = _graphql_bad_input(
         api,
         "mutation($id: UUID!, $record: JSON) { testWorkflow(id: $id, record: $record) { id } }",
-        {"id": flow["id"], "record": {"name": "a\u0000b"}},
+        {"id": flow["id"], "record": {"name": {"first": ["a\u0000b"]}}},
     )
-    assert "0x00" not in error["message"]
+    assert error["extensions"]["field"] == "record", error
+
+
+def test_nul_in_settings_text_is_bad_request_without_driver_text(api: Api) -> None:
+    attempts = [
+        (CREATE_WEBHOOK, {"input": {"targetUrl": "http://127.0.0.1:9/x", "operations": ["*.*"],
+                                    "description": "a\u0000b"}}),
+        (CREATE_WORKFLOW, {"input": {**_workflow()["input"], "name": "a\u0000b"}}),
+        ("mutation($input: CreateRoleInput!) { createRole(input: $input) { id } }",
+         {"input": {"name": "a\u0000b"}}),
+    ]  # fmt: skip
+    for query, variables in attempts:
+        error = _graphql_bad_input(api, query, variables)
+        assert "0x00" not in error["message"], error
+        assert "invalid byte" not in error["message"], error
+
+
+def test_a_deeply_nested_graphql_literal_is_bad_request(api: Api) -> None:
+    literal = "{not: " * 600 + '{name: {eq: "x"}}' + "}" * 600
+    _graphql_bad_input(api, f"{{ companies(filter: {literal}) {{ totalCount }} }}", {})
 
 
 @pytest.mark.parametrize("name", ["xmin", "ctid", "tableoid", "cmax", "xmax", "cmin"])

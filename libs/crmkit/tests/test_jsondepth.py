@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from crmkit.errors import InvalidArgument
-from crmkit.jsondepth import check_depth, exceeds_depth
+from crmkit.jsondepth import check_depth, contains_nul, exceeds_depth
 
 
 def _nested(depth: int) -> Any:
@@ -35,3 +35,10 @@ def test_check_depth_names_the_field() -> None:
         check_depth(_nested(11), 10, field="profile", what="the value")
     assert caught.value.field == "profile"
     assert caught.value.message == "the value is nested more than 10 levels deep"
+
+
+def test_contains_nul_looks_at_every_string_and_key() -> None:
+    assert not contains_nul({"a": ["b", 1, None, {"c": "d"}]})
+    assert contains_nul({"a": [{"c": "d\x00"}]})
+    assert contains_nul({"k\x00": 1})
+    assert not contains_nul(_nested(100_000))

@@ -38,3 +38,20 @@ def check_depth(value: Any, limit: int, *, field: str, what: str) -> None:
     """InvalidArgument naming `field` when `value` (described as `what`) nests too deeply."""
     if exceeds_depth(value, limit):
         raise InvalidArgument(f"{what} is nested more than {limit} levels deep", field=field)
+
+
+def contains_nul(value: Any) -> bool:
+    """Whether a string or key anywhere in `value` holds NUL, which PostgreSQL text and jsonb
+    refuse (walked without recursion)."""
+    pending: list[Any] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
