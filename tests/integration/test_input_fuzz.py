@@ -116,6 +116,10 @@ def test_rest_bodies_never_fail_on_the_server(api: Api, company: str) -> None:
     check()
 
 
+PARAMETERS = ["limit", "after", "before", "orderBy", "orderBy[name]", "orderBy[employees]"]
+PARAMETERS += ["fields", "depth", "filter", "filter[name]", "filter[company][name]", "x"]
+
+
 def test_rest_filters_never_fail_on_the_server(api: Api) -> None:
     @_fuzz
     @given(
@@ -123,9 +127,10 @@ def test_rest_filters_never_fail_on_the_server(api: Api) -> None:
         field=st.sampled_from(FIELDS),
         operator=st.sampled_from(OPERATORS),
         text=st.one_of(st.text(max_size=12), HUGE_NUMBERS, st.sampled_from(["null", "[1,2]"])),
+        others=st.dictionaries(st.sampled_from(PARAMETERS), st.text(max_size=16), max_size=3),
     )
-    def check(flt: str, field: str, operator: str, text: str) -> None:
-        for params in ({"filter": flt}, {f"filter[{field}][{operator}]": text}):
+    def check(flt: str, field: str, operator: str, text: str, others: dict[str, str]) -> None:
+        for params in ({"filter": flt}, {f"filter[{field}][{operator}]": text}, others):
             response = api.rest("GET", "/rest/companies", params=params)
             _answered(response, params)
 
