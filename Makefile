@@ -13,7 +13,7 @@ UV ?= uv
 IMAGE_TAG ?= dev
 
 .PHONY: install proto run stop test lint typecheck unit integration clean proto-check chromium \
-	requirements images kind-test chart-check images-check bench bench-smoke
+	requirements images kind-test chart-check images-check bench bench-smoke fuzz
 
 install: $(STAMP)
 
@@ -84,6 +84,12 @@ bench: install proto
 # so the benchmarks cannot rot.
 bench-smoke: install proto
 	$(PY) bench/run.py --smoke
+
+# The property-based tests with a longer profile (FUZZ_EXAMPLES per test; `test` runs a short
+# one): its own stack, minutes; never in `test`.
+fuzz: install proto
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} $(PY) -m pytest tests/integration/test_input_fuzz.py \
+	  tests/integration/test_graphql_fuzz.py -q
 
 # The hashed requirement files: requirements/dev.txt, requirements/proto.txt and one per image
 # (services/<name>/requirements.txt), compiled with uv (`make requirements UV=/path/to/uv`).

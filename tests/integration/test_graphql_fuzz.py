@@ -5,6 +5,7 @@ error in the spec's shape, never INTERNAL_SERVER_ERROR."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 import httpx
@@ -18,8 +19,9 @@ from tests.integration.api_helpers import Api
 
 CLIENT_CODES = {"BAD_USER_INPUT", "NOT_FOUND"}
 
-# Examples per run: about 30 seconds; 500 found the last real bug, 250 keeps make test short.
-EXAMPLES = 250
+# Examples per run: about 30 seconds; 500 found the last real bug, 250 keeps make test short
+# (`make fuzz` sets FUZZ_EXAMPLES for a longer run).
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "250"))
 # Read-only operations only: data written with extreme values would test the records service's
 # arithmetic, not the gateway's translation of arbitrary GraphQL input.
 ROOT_FIELDS = [

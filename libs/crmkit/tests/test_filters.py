@@ -274,3 +274,22 @@ def test_incomparable_values_do_not_match() -> None:
     assert not _m({"age": {"gt": "abc"}})
     assert not _m({"vip": {"gt": 0}})
     assert not _m({"age": {"contains": "3"}})
+
+
+def test_a_filter_nested_past_the_limit_is_refused_before_recursing() -> None:
+    deep: dict[str, Any] = {"name": {"eq": "x"}}
+    for _ in range(5_000):
+        deep = {"not": deep}
+    with pytest.raises(InvalidArgument) as caught:
+        parse_filter(deep, field="trigger.filter")
+    assert caught.value.field == "trigger.filter"
+    assert "nested" in caught.value.message
+
+
+def test_an_integer_beyond_64_bits_names_its_field() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        parse_filter({"employees": {"gt": 10**26}})
+    assert caught.value.field == "employees"
+    with pytest.raises(InvalidArgument):
+        condition("employees", "in", [1, -(10**30)])
+    assert parse_filter({"employees": {"gt": 2**63 - 1}}) is not None

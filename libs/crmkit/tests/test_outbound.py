@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
+from crmkit.errors import InvalidArgument
 from crmkit.outbound import (
     OutboundPolicy,
     OutboundRefused,
@@ -20,6 +21,7 @@ from crmkit.outbound import (
     refusal,
     refused_error,
     target_origin,
+    validate_http_url,
 )
 
 REFUSED = {
@@ -214,3 +216,23 @@ async def test_each_workspace_has_its_own_sessions_and_idle_ones_are_closed_beyo
     await sessions.close()
     assert b.closed
     assert d.closed
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1/x",  # an unclosed IPv6 bracket
+        "http://exa\uff03mple.com/x",  # NFKC turns the fullwidth sign into a delimiter
+        "http://a..b/x",  # an empty label
+        f"http://{'a' * 64}.io/",  # a label over 63 characters
+    ],
+)
+def test_urls_that_do_not_parse_are_invalid_arguments_naming_the_field(url: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        validate_http_url(url, "targetUrl")
+    assert caught.value.field == "targetUrl"
+
+
+def test_valid_urls_pass_unchanged() -> None:
+    for url in ("https://hooks.example.com/x?a=1", "http://[::1]:8080/", "http://exämple.com/"):
+        assert validate_http_url(url, "targetUrl") == url

@@ -200,3 +200,46 @@ def test_filter_compiles_to_bound_parameters() -> None:
     assert "ac'me" not in sql
     assert params.values == ["%ac'me%"]
     assert sql.startswith("(EXISTS (SELECT 1 FROM")
+
+
+def test_unbounded_text_gets_a_hash_index_and_a_unique_index_over_md5() -> None:
+    code = field("code", md.FIELD_TYPE_TEXT)
+    code.is_unique = True
+    model = WorkspaceModel.from_proto(schema(extra=[code]))
+    text = "\n".join(ddl.plan(model.schema, ddl.Catalog(), model))
+    assert 'USING hash ("firstName")' in text
+    assert 'USING hash ("code")' in text
+    assert '(md5("code")) WHERE "deletedAt" IS NULL' in text
+    assert '("firstName", id)' not in text
+    assert '("salaryAmountMicros", id)' in text  # bounded types keep their (column, id) btree
+
+
+def test_plan_replaces_the_btree_of_earlier_versions_on_unbounded_text() -> None:
+    model = WorkspaceModel.from_proto(schema())
+    person = model.objects["aaaaaaaa-0000-4000-8000-000000000002"]
+    first_name = person.field("firstName")
+    assert first_name is not None
+    catalog = ddl.Catalog()
+    ddl.plan(model.schema, catalog, model)
+    catalog.exists = True
+    hash_index = ddl.index_name("hx", person.id, first_name.id)
+    old_index = ddl.index_name("ix", person.id, first_name.id)
+    catalog.indexes.discard(hash_index)
+    catalog.indexes.add(old_index)
+    statements = ddl.plan(model.schema, catalog, model)
+    assert statements[0] == f'DROP INDEX IF EXISTS "{model.schema}"."{old_index}"'
+    assert f'"{hash_index}" ON "{model.schema}"."person" USING hash ("firstName")' in statements[1]
+    assert len(statements) == 2
+
+
+def test_raw_json_depth_is_checked_without_recursion() -> None:
+    deep: object = 1
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(InvalidArgument) as caught:
+        values.check_json(deep, "profile")
+    assert caught.value.field == "profile"
+    shallow: object = {"a": "b"}
+    for _ in range(63):
+        shallow = [shallow]
+    assert values.check_json(shallow, "profile") == shallow

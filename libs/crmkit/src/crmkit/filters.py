@@ -39,6 +39,7 @@ import orjson
 
 from crm.common.v1 import common_pb2
 from crmkit.errors import InvalidArgument
+from crmkit.jsondepth import MAX_JSON_DEPTH, check_depth
 
 Filter = common_pb2.Filter
 FilterOperator = common_pb2.FilterOperator
@@ -79,6 +80,7 @@ def parse_filter(value: Any, *, field: str = "filter") -> Filter | None:
         return None
     if not isinstance(value, Mapping):
         raise InvalidArgument("a filter must be a JSON object", field=field)
+    check_nesting(value, field=field)
     parser = _Parser(field)
     return parser.node(value, prefix="", depth=0)
 
@@ -90,6 +92,12 @@ def parse_filter_json(raw: bytes | str, *, field: str = "filter") -> Filter | No
     except orjson.JSONDecodeError:
         raise InvalidArgument("the filter is not valid JSON", field=field) from None
     return parse_filter(value, field=field)
+
+
+def check_nesting(value: Any, *, field: str = "filter") -> None:
+    """InvalidArgument naming `field` when a JSON filter nests deeper than any valid filter may,
+    checked without recursion before anything recurses over it."""
+    check_depth(value, MAX_JSON_DEPTH, field=field, what="the filter")
 
 
 class _Parser:
@@ -183,9 +191,19 @@ class _Parser:
         check_operand(path, operator, operand)
         return Filter(
             condition=common_pb2.Condition(
-                field=path, operator=OPERATORS[operator], value_json=orjson.dumps(operand)
+                field=path, operator=OPERATORS[operator], value_json=_operand_json(path, operand)
             )
         )
+
+
+def _operand_json(path: str, operand: Any) -> bytes:
+    try:
+        return orjson.dumps(operand)
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits (or nesting beyond orjson's)
+        raise InvalidArgument(
+            f"`{path}`: integers must fit in 64 bits (write larger numbers as decimals)",
+            field=path,
+        ) from None
 
 
 def check_operand(path: str, operator: str, operand: Any) -> None:
@@ -227,7 +245,7 @@ def condition(field: str, operator: str, value: Any) -> Filter:
     check_operand(field, operator, value)
     return Filter(
         condition=common_pb2.Condition(
-            field=field, operator=OPERATORS[operator], value_json=orjson.dumps(value)
+            field=field, operator=OPERATORS[operator], value_json=_operand_json(field, value)
         )
     )
 
@@ -481,6 +499,7 @@ __all__ = [
     "OPERATOR_NAMES",
     "Filter",
     "all_of",
+    "check_nesting",
     "check_operand",
     "condition",
     "describe",

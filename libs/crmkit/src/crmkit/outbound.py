@@ -163,11 +163,19 @@ def validate_http_url(value: str, field: str, *, max_length: int = 2048) -> str:
         raise InvalidArgument(f"{field} must be at most {max_length} characters", field=field)
     if any(ord(char) < 33 or ord(char) == 127 for char in url):
         raise InvalidArgument(f"{field} must not contain spaces or control characters", field=field)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket, characters NFKC turns into delimiters
+        raise InvalidArgument(f"{field} is not a valid URL", field=field) from None
     if parts.scheme.lower() not in ("http", "https"):
         raise InvalidArgument(f"{field} must be an http or https URL", field=field)
     if not parts.hostname:
         raise InvalidArgument(f"{field} must name a host", field=field)
+    if _literal(parts.hostname) is None:
+        try:
+            parts.hostname.encode("idna")
+        except UnicodeError:  # an empty or over-long label, characters IDNA refuses
+            raise InvalidArgument(f"{field} does not name a valid host", field=field) from None
     if parts.username is not None or parts.password is not None:
         raise InvalidArgument(f"{field} must not contain a user name or password", field=field)
     try:

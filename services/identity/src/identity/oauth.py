@@ -110,7 +110,10 @@ def check_redirect_uri(uri: str, field: str) -> str:
     """A registrable redirect URI: absolute https, or http on a loopback host; no fragment."""
     if len(uri) > MAX_URI_LENGTH:
         raise InvalidArgument(f"redirect URI longer than {MAX_URI_LENGTH} characters", field=field)
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError:  # an unclosed IPv6 bracket, characters NFKC turns into delimiters
+        raise InvalidArgument("redirect URI is not a valid URL", field=field) from None
     if parts.fragment or "#" in uri:
         raise InvalidArgument("redirect URI must not have a fragment", field=field)
     if not parts.hostname:

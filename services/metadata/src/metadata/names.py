@@ -38,6 +38,9 @@ RESERVED_FIELD_NAMES = frozenset(
         "disconnect", "data", "typename", "count", "sum", "avg", "min", "max",
         "countNotNull", "deleted", "object",
     }
+) | frozenset(
+    # PostgreSQL's system columns: every table already has them, so no field may take them.
+    {"tableoid", "xmin", "cmin", "xmax", "cmax", "ctid", "oid"}
 )  # fmt: skip
 
 

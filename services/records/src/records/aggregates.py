@@ -207,6 +207,8 @@ def _match(item: FieldModel, key: str, raw: Any, params: Params) -> str:
             if value is not None:
                 parts.append(f"t.{quote(part.name)} = {params.add(value, cast)}")
         return "(" + (" AND ".join(parts) or "TRUE") + ")"
+    if not item.columns:  # a one-to-many relation: the other side holds the column
+        raise values.fail(key, "a one-to-many relation cannot be matched")
     column = f"t.{quote(item.column)}"
     if item.type in TEXT_TYPES:
         text = values.parse_string(raw, key, lenient=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncpg
 from prometheus_client import CollectorRegistry
 
 from crm.records.v1 import records_pb2, records_pb2_grpc
@@ -9,6 +10,7 @@ from crmkit import db, messaging
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
+from records import migrator
 from records.cache import SchemaCache
 from records.metrics import RecordsMetrics
 from records.relay import OutboxRelay
@@ -54,3 +56,8 @@ async def serve(settings: RecordsSettings) -> None:
 
 async def migrate(settings: RecordsSettings) -> None:
     await db.migrate(settings.DATABASE_URL, SCHEMA, "records")
+    connection = await asyncpg.connect(settings.DATABASE_URL)
+    try:
+        await migrator.replan_all(connection)
+    finally:
+        await connection.close()

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crm.metadata.v1 import metadata_pb2 as md
-from records.model import SORTABLE_TYPES, Column, FieldModel, ObjectModel, WorkspaceModel
+from records.model import (
+    SORTABLE_TYPES,
+    UNBOUNDED_TEXT_TYPES,
+    Column,
+    FieldModel,
+    ObjectModel,
+    WorkspaceModel,
+)
 from records.sql import literal, quote
 
 # format_type() spellings of the column types the model uses.
@@ -241,15 +248,23 @@ class _Planner:
             table.columns[column.name] = current
 
     # -- indexes and constraints -------------------------------------------------------------
-    def _create_index(self, name: str, table: str, expression: str, extra: str = "") -> None:
+    def _create_index(
+        self, name: str, table: str, expression: str, extra: str = "", method: str = ""
+    ) -> None:
         if name in self.catalog.indexes:
             return
         unique = "UNIQUE " if name.startswith("uq_") else ""
+        using = f"USING {method} " if method else ""
         self.statements.append(
             f"CREATE {unique}INDEX IF NOT EXISTS {quote(name)} ON {self.qualified(table)} "
-            f"({expression}){extra}"
+            f"{using}({expression}){extra}"
         )
         self.catalog.indexes.add(name)
+
+    def _drop_index(self, name: str) -> None:
+        if name in self.catalog.indexes:
+            self.statements.append(f"DROP INDEX IF EXISTS {self.qualified(name)}")
+            self.catalog.indexes.discard(name)
 
     def _indexes(self, item: ObjectModel) -> None:
         table = item.name_singular
@@ -258,22 +273,25 @@ class _Planner:
         for entry in item.fields:
             if entry.is_system or not entry.columns:
                 continue
-            if _indexed(entry):
-                column = entry.columns[0].name
+            column = quote(entry.columns[0].name)
+            long_text = entry.type in UNBOUNDED_TEXT_TYPES
+            if long_text:
+                # A b-tree row holds at most ~2.7 kB, text up to 65,536 characters: eq uses a
+                # hash index, uniqueness a b-tree over md5 (shapes of earlier versions dropped).
+                self._drop_index(index_name("ix", item.id, entry.id))
                 self._create_index(
-                    index_name("ix", item.id, entry.id), table, f"{quote(column)}, id"
+                    index_name("hx", item.id, entry.id), table, column, method="hash"
                 )
-            unique_name = index_name("uq", item.id, entry.id)
+            elif _indexed(entry):
+                self._create_index(index_name("ix", item.id, entry.id), table, f"{column}, id")
+            unique_name = unique_index_name(item.id, entry)
+            if long_text:
+                self._drop_index(index_name("uq", item.id, entry.id))
             if entry.is_unique and entry.type != md.FIELD_TYPE_CURRENCY:
-                self._create_index(
-                    unique_name,
-                    table,
-                    quote(entry.columns[0].name),
-                    ' WHERE "deletedAt" IS NULL',
-                )
-            elif unique_name in self.catalog.indexes:
-                self.statements.append(f"DROP INDEX IF EXISTS {self.qualified(unique_name)}")
-                self.catalog.indexes.discard(unique_name)
+                expression = f"md5({column})" if long_text else column
+                self._create_index(unique_name, table, expression, ' WHERE "deletedAt" IS NULL')
+            else:
+                self._drop_index(unique_name)
 
     def _foreign_keys(self, item: ObjectModel, model: WorkspaceModel) -> None:
         for entry in item.fields:
@@ -293,6 +311,13 @@ class _Planner:
 
 def foreign_key_name(entry: FieldModel) -> str:
     return index_name("fk", entry.id)
+
+
+def unique_index_name(object_id: str, entry: FieldModel) -> str:
+    """The unique index of an `isUnique` field (over md5 of the value for unbounded text)."""
+    if entry.type in UNBOUNDED_TEXT_TYPES:
+        return index_name("uq", object_id, entry.id, "md5")
+    return index_name("uq", object_id, entry.id)
 
 
 def _indexed(entry: FieldModel) -> bool:

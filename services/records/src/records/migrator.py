@@ -126,3 +126,43 @@ async def applied_version(pool: Any, workspace_id: str) -> tuple[int, str]:
     if row is None:
         return 0, ""
     return int(row["version"]), str(row["change_id"])
+
+
+async def replan_all(connection: Any) -> int:
+    """Re-plan every workspace's tables from its applied schema, so shapes a newer version plans
+    (such as the hash index of unbounded text) reach workspaces no data model change touches;
+    run by `python -m records migrate`. Each workspace in its own transaction under its lock; a
+    failure is logged and the others go on. Returns the number of workspaces changed."""
+    changed = 0
+    after = "00000000-0000-0000-0000-000000000000"
+    while True:
+        rows = await connection.fetch(
+            "SELECT workspace_id::text FROM records.workspace_schemas WHERE workspace_id > $1 "
+            "ORDER BY workspace_id LIMIT 500",
+            uuid.UUID(after),
+        )
+        for row in rows:
+            try:
+                changed += int(await _replan(connection, row[0]))
+            except (asyncpg.PostgresError, ValueError) as exc:
+                log.warning("re-planning failed", extra={"workspace_id": row[0], "error": str(exc)})
+        if len(rows) < 500:
+            return changed
+        after = rows[-1][0]
+
+
+async def _replan(connection: Any, workspace_id: str) -> bool:
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", lock_key(workspace_id))
+        raw = await connection.fetchval(
+            "SELECT schema_proto FROM records.workspace_schemas WHERE workspace_id = $1",
+            uuid.UUID(workspace_id),
+        )
+        model = WorkspaceModel.from_proto(md.WorkspaceSchema.FromString(raw))
+        schema_name = workspace_schema_name(workspace_id)
+        statements = ddl.plan(schema_name, await ddl.read_catalog(connection, schema_name), model)
+        for statement in statements:
+            await connection.execute(statement)
+    if statements:
+        log.info("schema re-planned", extra={"workspace_id": workspace_id, "ddl": len(statements)})
+    return bool(statements)

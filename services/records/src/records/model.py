@@ -68,6 +68,11 @@ TEXT_TYPES = frozenset(
     }
 )
 
+# Text of up to 65,536 characters: too long for a b-tree row, so hash-indexed (records.ddl).
+UNBOUNDED_TEXT_TYPES = frozenset(
+    {md.FIELD_TYPE_TEXT, md.FIELD_TYPE_EMAIL, md.FIELD_TYPE_PHONE, md.FIELD_TYPE_LINK}
+)
+
 _TIMESTAMP_FORMAT = '\'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\''
 
 MISSING: Any = object()

@@ -15,6 +15,7 @@ from typing import Any
 
 from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.errors import InvalidArgument
+from crmkit.jsondepth import MAX_JSON_DEPTH, exceeds_depth
 from records.model import FieldModel, type_name
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -36,18 +37,23 @@ def check_text(value: str, path: str) -> str:
 
 
 def check_json(value: Any, path: str) -> Any:
-    """RAW_JSON: any JSON, without NUL characters (Postgres jsonb refuses them)."""
-    if isinstance(value, str):
-        check_text(value, path)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_text(key, path)
-            check_json(item, path)
-    elif isinstance(value, list):
-        for item in value:
-            check_json(item, path)
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise fail(path, "numbers must be finite")
+    """RAW_JSON: any JSON nested at most MAX_JSON_DEPTH levels, without NUL characters (Postgres
+    jsonb refuses them); walked without recursion, so no depth can exhaust the stack."""
+    if exceeds_depth(value, MAX_JSON_DEPTH):
+        raise fail(path, f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            check_text(item, path)
+        elif isinstance(item, dict):
+            for key in item:
+                check_text(key, path)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise fail(path, "numbers must be finite")
     return value
 
 

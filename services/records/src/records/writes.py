@@ -3,6 +3,7 @@ writes their outbox rows, returning the records as JSON built by Postgres."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ from crmkit.authz import Access
 from crmkit.errors import AlreadyExists, InvalidArgument, NotFound
 from records import links, outbox
 from records.context import RequestContext
-from records.ddl import foreign_key_name, index_name
+from records.ddl import foreign_key_name, unique_index_name
 from records.inputs import Prepared
 from records.model import FieldModel, ObjectModel
 from records.reads import joined, parse_id, where_clause
@@ -88,7 +89,7 @@ async def _run(
 
 def _field_for_constraint(obj: ObjectModel, name: str) -> FieldModel | None:
     for item in obj.stored_fields:
-        if name in (foreign_key_name(item), index_name("uq", obj.id, item.id)):
+        if name in (foreign_key_name(item), unique_index_name(obj.id, item)):
             return item
     return None
 
@@ -98,7 +99,12 @@ def _row_index(rows: list[Prepared] | None, item: FieldModel | None, detail: str
         return None
     for i, row in enumerate(rows):
         value = row.columns.get(item.columns[0].name)
-        if value is not None and f"=({value})" in detail:
+        if value is None:
+            continue
+        if (
+            f"=({value})" in detail
+            or f"=({hashlib.md5(str(value).encode(), usedforsecurity=False).hexdigest()})" in detail
+        ):
             return i
     return None
 

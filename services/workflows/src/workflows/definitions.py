@@ -191,9 +191,9 @@ def _headers(value: Any) -> dict[str, str]:
             raise InvalidArgument(
                 f"header {name}: the value must be a string", field=f"action.headers.{name}"
             )
-        if "\r" in text or "\n" in text:
+        if "\r" in text or "\n" in text or "\x00" in text:
             raise InvalidArgument(
-                f"header {name}: the value must not contain line breaks",
+                f"header {name}: the value must not contain line breaks or NUL characters",
                 field=f"action.headers.{name}",
             )
         try:

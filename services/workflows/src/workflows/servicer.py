@@ -28,6 +28,7 @@ from crm.workflows.v1 import workflows_pb2 as wf
 from crm.workflows.v1 import workflows_pb2_grpc
 from crmkit.authz import require_flag, require_full_read
 from crmkit.errors import InvalidArgument, NotFound, from_rpc_error
+from crmkit.jsondepth import contains_nul
 from crmkit.outbound import OutboundPolicy, OutboundRefused, check_url
 from crmkit.paging import read_page
 from crmkit.principal import PrincipalCodec, system_principal
@@ -406,6 +407,10 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
                 raise InvalidArgument("record must be JSON", field="record") from None
             if not isinstance(record, dict):
                 raise InvalidArgument("record must be a JSON object", field="record")
+            if contains_nul(record):
+                raise InvalidArgument(
+                    "record: text must not contain the NUL character", field="record"
+                )
         else:
             record = await self._latest_record(workspace_id, row["object"])
             if record is None:

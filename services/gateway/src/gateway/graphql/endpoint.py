@@ -25,6 +25,7 @@ from strawberry.types.graphql import OperationType
 
 from crm.common.v1 import common_pb2
 from crmkit.errors import InvalidArgument, NotFound, ServiceError
+from crmkit.jsondepth import MAX_DOCUMENT_DEPTH, check_depth
 from gateway.auth import authenticate
 from gateway.datamodel.model import DataModel
 from gateway.errors import graphql_extensions, mapping_for
@@ -86,6 +87,7 @@ async def parse_graphql_request(request: Request) -> tuple[str, dict[str, Any] |
     variables = payload.get("variables")
     if variables is not None and not isinstance(variables, dict):
         raise InvalidArgument("`variables` must be an object", field="variables")
+    check_depth(variables, MAX_DOCUMENT_DEPTH, field="variables", what="`variables`")
     operation_name = payload.get("operationName")
     if operation_name is not None and not isinstance(operation_name, str):
         raise InvalidArgument("`operationName` must be a string", field="operationName")

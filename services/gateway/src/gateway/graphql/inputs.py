@@ -13,7 +13,7 @@ from strawberry.types.unset import UNSET
 
 from crm.common.v1 import common_pb2
 from crmkit.errors import InvalidArgument
-from crmkit.filters import NULL_OPERATORS, parse_filter
+from crmkit.filters import NULL_OPERATORS, OPERATORS, parse_filter
 from gateway.datamodel.model import ObjectModel
 from gateway.graphql.scalars import serialize_datetime
 
@@ -73,6 +73,8 @@ def _normalize_filter(node: dict[str, Any], obj: ObjectModel | None) -> dict[str
                 out[key] = inner
         elif key in NULL_OPERATORS:
             out[key] = None
+        elif key in OPERATORS:  # an operand, even a JSON object (RAW_JSON), is not a filter
+            out[key] = operand
         elif isinstance(operand, dict):
             nested = _normalize_filter(operand, None)
             if not nested:

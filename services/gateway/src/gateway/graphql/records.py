@@ -19,6 +19,7 @@ from gateway.graphql import loaders
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.inputs import order_by, parse_graphql_filter, record_json
 from gateway.graphql.selection import selected_names
+from gateway.owners import check_owners
 from gateway.pagination import page_info_json, page_size
 
 Record = dict[str, Any]
@@ -29,6 +30,15 @@ RELATED_PAGE_SIZE = 60
 def _context(info: strawberry.Info) -> GraphQLContext:
     context: GraphQLContext = info.context
     return context
+
+
+async def _check_owners(
+    info: strawberry.Info, items: Sequence[Any], *, batch: bool = False
+) -> None:
+    context = _context(info)
+    await check_owners(
+        context.state, context.principal, context.grpc_metadata(), items, batch=batch
+    )
 
 
 def _given(value: Any) -> Any:
@@ -132,8 +142,10 @@ class RecordOperations:
     # -- mutations ----------------------------------------------------------------------------
 
     async def create_one(self, info: strawberry.Info, data: Any) -> Record:
+        item = record_json(data)
+        await _check_owners(info, [item])
         request = records_pb2.CreateRecordRequest(
-            ref=self._ref(_context(info)), data_json=orjson.dumps(record_json(data))
+            ref=self._ref(_context(info)), data_json=orjson.dumps(item)
         )
         response = await self._call(info, "CreateRecord", request)
         record: Record = orjson.loads(response.record_json)
@@ -143,6 +155,7 @@ class RecordOperations:
         items = [record_json(item, field=f"[{index}]") for index, item in enumerate(data or [])]
         if not items:
             raise InvalidArgument("`data` must hold at least one record", field="data")
+        await _check_owners(info, items, batch=True)
         request = records_pb2.CreateRecordsRequest(
             ref=self._ref(_context(info)), data_json=orjson.dumps(items)
         )
@@ -151,8 +164,10 @@ class RecordOperations:
         return records
 
     async def update_one(self, info: strawberry.Info, id: Any, data: Any) -> Record:
+        item = record_json(data)
+        await _check_owners(info, [item])
         request = records_pb2.UpdateRecordRequest(
-            ref=self._ref(_context(info)), id=str(id), data_json=orjson.dumps(record_json(data))
+            ref=self._ref(_context(info)), id=str(id), data_json=orjson.dumps(item)
         )
         response = await self._call(info, "UpdateRecord", request)
         record: Record = orjson.loads(response.record_json)
@@ -164,10 +179,12 @@ class RecordOperations:
         filter: Any,
         data: Any,
     ) -> list[Record]:
+        item = record_json(data)
+        await _check_owners(info, [item])
         request = records_pb2.UpdateRecordsRequest(
             ref=self._ref(_context(info)),
             filter=self._required_filter(filter),
-            data_json=orjson.dumps(record_json(data)),
+            data_json=orjson.dumps(item),
         )
         response = await self._call(info, "UpdateRecords", request)
         records: list[Record] = orjson.loads(response.records_json)

@@ -19,7 +19,7 @@ import orjson
 
 from crm.common.v1 import common_pb2
 from crmkit.errors import InvalidArgument
-from crmkit.filters import LOGICAL_KEYS, OPERATORS, parse_filter
+from crmkit.filters import LOGICAL_KEYS, OPERATORS, check_nesting, parse_filter
 from gateway.datamodel.model import (
     CURRENCY_PARTS,
     OPERATORS_BY_TYPE,
@@ -188,6 +188,11 @@ def check_value(target: FieldPath, operator: str, value: Any) -> Any:
     if field_type is FieldType.NUMBER:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InvalidArgument(f"`{where}` takes a number", field=where)
+        if isinstance(value, int) and abs(value) > MAX_INT:
+            raise InvalidArgument(
+                f"`{where}`: integers must fit in 64 bits (write larger numbers as decimals)",
+                field=where,
+            )
         if not math.isfinite(value):
             raise InvalidArgument(f"`{where}` takes a finite number", field=where)
         if target.integer:
@@ -349,6 +354,7 @@ def build_filter(
             raw = orjson.loads(json_filter)
         except orjson.JSONDecodeError:
             raise InvalidArgument("`filter` is not valid JSON", field="filter") from None
+        check_nesting(raw)
         parts.append(normalize_json_filter(model, obj, raw))
     if not parts:
         return None

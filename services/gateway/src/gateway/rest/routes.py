@@ -22,6 +22,7 @@ from crm.records.v1 import records_pb2
 from crmkit.errors import InvalidArgument, NotFound
 from gateway.auth import authenticate
 from gateway.datamodel.model import DataModel, ObjectModel
+from gateway.owners import check_owners
 from gateway.pagination import page_info_json
 from gateway.rest import params as p
 from gateway.rest.params import Params, UnknownField, parse_params
@@ -106,6 +107,21 @@ def _uuid(value: Any, name: str) -> str:
 async def _body(request: Request, check: Callable[[Any], None]) -> bytes:
     """The raw JSON body after `check(parsed)` accepted its shape (the bytes go upstream
     as they came)."""
+    raw, _ = await _parsed_body(request, check)
+    return raw
+
+
+async def _owned_body(
+    request: Request, target: Target, check: Callable[[Any], None], *, batch: bool = False
+) -> bytes:
+    """`_body` of a write, its `ownerId` values checked against the workspace's members."""
+    raw, parsed = await _parsed_body(request, check)
+    records = parsed if batch else [parsed]
+    await check_owners(target.state, target.principal, target.metadata, records, batch=batch)
+    return raw
+
+
+async def _parsed_body(request: Request, check: Callable[[Any], None]) -> tuple[bytes, Any]:
     raw = await request.body()
     if len(raw) > MAX_BODY_BYTES:
         raise InvalidArgument(f"the body exceeds {MAX_BODY_BYTES} bytes", field="body")
@@ -114,7 +130,7 @@ async def _body(request: Request, check: Callable[[Any], None]) -> bytes:
     except orjson.JSONDecodeError:
         raise InvalidArgument("the body is not valid JSON", field="body") from None
     check(parsed)
-    return raw
+    return raw, parsed
 
 
 def _an_object(parsed: Any) -> None:
@@ -180,7 +196,7 @@ async def create_record(request: Request) -> Response:
     """POST /rest/{object}: 201 `{data: record}`."""
     target = await _target(request)
     await target.params(request, ())
-    body = await _body(request, _an_object)
+    body = await _owned_body(request, target, _an_object)
     response = await target.call(
         "CreateRecord", records_pb2.CreateRecordRequest(ref=target.ref(), data_json=body)
     )
@@ -206,7 +222,7 @@ async def update_record(request: Request) -> Response:
     target = await _target(request)
     record_id = _record_id(request)
     await target.params(request, ())
-    body = await _body(request, _an_object)
+    body = await _owned_body(request, target, _an_object)
     response = await target.call(
         "UpdateRecord",
         records_pb2.UpdateRecordRequest(ref=target.ref(), id=record_id, data_json=body),
@@ -248,7 +264,7 @@ async def create_batch(request: Request) -> Response:
     """POST /rest/batch/{object}: up to 1000 records, all or nothing; 201 `{data: [record]}`."""
     target = await _target(request)
     await target.params(request, ())
-    body = await _body(request, _a_batch)
+    body = await _owned_body(request, target, _a_batch, batch=True)
     response = await target.call(
         "CreateRecords", records_pb2.CreateRecordsRequest(ref=target.ref(), data_json=body)
     )

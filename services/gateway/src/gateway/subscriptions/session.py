@@ -31,6 +31,7 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 from crm.common.v1 import common_pb2
 from crmkit.authz import READ, object_access
 from crmkit.errors import Internal, PermissionDenied, ServiceError, Unauthenticated
+from crmkit.jsondepth import MAX_DOCUMENT_DEPTH, check_depth
 from gateway.auth import authenticate, credential_verifier
 from gateway.auth.verify import bearer_token
 from gateway.datamodel.model import DataModel
@@ -336,6 +337,9 @@ class SocketSession:
                     return  # the socket is closing
             prepared = await self.schemas.prepare(self.state, principal)
             try:
+                check_depth(
+                    message.variables, MAX_DOCUMENT_DEPTH, field="variables", what="`variables`"
+                )
                 analysis = check_request(
                     prepared.schema._schema,
                     message.query,

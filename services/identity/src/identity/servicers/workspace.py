@@ -9,7 +9,7 @@ import grpc
 from google.protobuf import empty_pb2
 
 from crm.identity.v1 import identity_pb2, identity_pb2_grpc
-from crmkit.errors import AlreadyExists, FailedPrecondition, NotFound
+from crmkit.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from identity import validation
 from identity.access import require_admin
 from identity.cache import workspace_change
@@ -20,6 +20,15 @@ from identity.pagination import after_clause, page_info, read_page
 from identity.passwords import check_policy
 from identity.roles import ADMIN, MEMBER, RoleRow
 from identity.users import USER_WITH_ROLE, UserRow, member_proto, workspace_proto
+
+MAX_FIND_MEMBERS = 1000
+
+
+def _uuid_or_none(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
 
 
 async def find_role(
@@ -114,6 +123,22 @@ class WorkspaceServicer(identity_pb2_grpc.WorkspaceServiceServicer):
             ],
             page_info=info,
         )
+
+    async def FindMembers(  # noqa: N802
+        self, request: identity_pb2.FindMembersRequest, context: grpc.aio.ServicerContext
+    ) -> identity_pb2.FindMembersResponse:
+        principal = self._deps.codec.require(context)
+        if len(request.user_ids) > MAX_FIND_MEMBERS:
+            raise InvalidArgument(f"at most {MAX_FIND_MEMBERS} user ids per call", field="userIds")
+        ids = {parsed for parsed in map(_uuid_or_none, request.user_ids) if parsed is not None}
+        if not ids:
+            return identity_pb2.FindMembersResponse()
+        rows = await self._deps.pool.fetch(
+            "SELECT id::text FROM identity.users WHERE workspace_id = $1 AND id = ANY($2::uuid[])",
+            uuid.UUID(principal.workspace_id),
+            list(ids),
+        )
+        return identity_pb2.FindMembersResponse(user_ids=[row[0] for row in rows])
 
     async def AddWorkspaceMember(  # noqa: N802
         self, request: identity_pb2.AddWorkspaceMemberRequest, context: grpc.aio.ServicerContext
