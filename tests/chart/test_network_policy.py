@@ -87,7 +87,7 @@ STRANGER_ELSEWHERE = Pod("other", {"app": "something-else"})
 
 # Who calls whom over gRPC (the gateway calls everyone; then each service's *_ADDR peers).
 CALLERS = {
-    "identity": {"gateway"},
+    "identity": {"gateway", "webhooks", "workflows"},
     "metadata": {"gateway", "identity", "webhooks", "workflows"},
     "records": {"gateway", "metadata", "webhooks", "workflows"},
     "webhooks": {"gateway"},

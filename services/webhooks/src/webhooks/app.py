@@ -7,10 +7,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from crm.identity.v1 import identity_pb2_grpc
 from crm.metadata.v1 import metadata_pb2_grpc
 from crm.records.v1 import records_pb2_grpc
 from crm.webhooks.v1 import webhooks_pb2, webhooks_pb2_grpc
 from crmkit import db, messaging
+from crmkit.authors import AuthorAccess
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
@@ -57,6 +59,9 @@ async def serve(settings: WebhooksSettings) -> None:
     records_channel = open_channel(
         settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
     )
+    identity_channel = open_channel(
+        settings.IDENTITY_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+    )
     principals = PrincipalCodec(settings.APP_SECRET)
     policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)
     box = SecretBox(settings.APP_SECRET)
@@ -71,7 +76,8 @@ async def serve(settings: WebhooksSettings) -> None:
     if settings.WEBHOOK_DELIVERER_ENABLED:
         records = RecordReader(records_pb2_grpc.RecordsServiceStub(records_channel), principals)
         sender = Sender(http, settings.WEBHOOK_TIMEOUT)
-        dispatcher = Dispatcher(settings, dispatch_pool, sender, box, metrics, records)
+        authors = AuthorAccess(identity_pb2_grpc.AuthServiceStub(identity_channel), principals)
+        dispatcher = Dispatcher(settings, dispatch_pool, sender, box, metrics, records, authors)
         intake = Intake(settings, nats, pool, metrics, dispatcher)
         background = [intake.run, dispatcher.run]
         on_redelivery = dispatcher.wake
@@ -87,6 +93,7 @@ async def serve(settings: WebhooksSettings) -> None:
     async def close_channel() -> None:
         await metadata_channel.close()
         await records_channel.close()
+        await identity_channel.close()
 
     runtime = ServiceRuntime(
         bindings=[

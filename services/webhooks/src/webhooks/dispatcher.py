@@ -24,6 +24,11 @@ claimed for again once it is down to P. A claim asks only for targets with room,
 dead endpoint holds at most its own rows and P running slots while the others' deliveries keep
 flowing; every attempt ends within WEBHOOK_TIMEOUT.
 
+Before anything is read or sent, an attempt checks that the webhook's author (who last saved it)
+may still READ every record of the event's object, with the author's current access from
+identity cached for a few seconds (crmkit.authors); otherwise the delivery fails at once, its
+error saying why (docs/webhooks.md).
+
 Outcomes are written in batches: a delivery succeeds on a 2xx, otherwise the next retry is
 scheduled after WEBHOOK_RETRY_DELAYS[attempt - 1], and after the last one it fails.
 
@@ -49,6 +54,7 @@ import orjson
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from crmkit.authors import Author, AuthorAccess, AuthorUnavailable
 from crmkit.db import retry_while_unavailable
 from crmkit.http_send import HttpAttempt
 from crmkit.retries import next_step, wait_until_due
@@ -136,7 +142,7 @@ WITH room AS (
               e.record::text AS record, e.previous_record::text AS previous_record,
               e.occurred_at, e.trace_context::text AS trace_context, e.object,
               e.record_id::text AS record_id, e.record_omitted, e.previous_record_omitted,
-              chosen.due
+              w.author_user_id::text, w.author_api_key_id::text, chosen.due
 )
 SELECT * FROM claimed ORDER BY due
 """
@@ -197,6 +203,10 @@ WHERE e.id IN (SELECT id FROM webhooks.events WHERE received_at < now() - make_i
 """
 
 
+class AuthorRefused(Exception):
+    """The webhook's author may no longer read the event's object (crmkit.authors)."""
+
+
 @dataclass(frozen=True)
 class Claimed:
     id: str
@@ -216,11 +226,17 @@ class Claimed:
     record_id: str
     record_omitted: bool  # left out of the event for size: read it by id
     previous_record_omitted: bool
+    author_user_id: str | None  # the webhook's author, whose access each attempt checks
+    author_api_key_id: str | None
     lease: uuid.UUID
 
     @property
     def kind(self) -> Kind:
         return Kind.FIRST if self.attempts <= 1 else Kind.RETRY
+
+    @property
+    def author(self) -> Author:
+        return Author(self.author_user_id, self.author_api_key_id)
 
 
 @dataclass(frozen=True)
@@ -252,8 +268,10 @@ class Dispatcher:
         box: SecretBox,
         metrics: WebhooksMetrics,
         records: RecordReader,
+        authors: AuthorAccess,
     ) -> None:
         self._settings = settings
+        self._authors = authors
         self._pool = pool
         self._sender = sender
         self._box = box
@@ -446,15 +464,20 @@ class Dispatcher:
 
     async def _attempt(self, delivery: Claimed) -> None:
         try:
+            refusal = await self._authors.refusal(
+                delivery.workspace_id, delivery.author, (delivery.object,)
+            )
+            if refusal is not None:
+                raise AuthorRefused(refusal)
             body = await self._body(delivery)
             secret = self._box.open(delivery.webhook_id, delivery.secret_sealed)
-        except (PayloadTooLarge, SecretUnavailable) as exc:
+        except (AuthorRefused, PayloadTooLarge, SecretUnavailable) as exc:
             # Nothing can be sent, now or later: fail at once, saying why.
             now = datetime.now(UTC)
             result = HttpAttempt(False, None, "", 0, str(exc), now)
             self._outcomes.put_nowait(Outcome(delivery, result, "failed", 0.0))
             return
-        except RecordUnavailable as exc:  # a failed attempt: retried on the schedule
+        except (AuthorUnavailable, RecordUnavailable) as exc:  # retried on the schedule
             result = HttpAttempt(False, None, "", 0, str(exc), datetime.now(UTC))
             self._outcomes.put_nowait(self._judge(delivery, result))
             return

@@ -101,7 +101,7 @@ WITH incoming AS (
 )
 SELECT v.version, q.id::text, q.workspace_id::text, q.webhook_id::text, q.event_id::text,
        q.operation, q.lease IS NOT NULL AS leased, w.target_url, w.target_origin,
-       w.secret_sealed
+       w.secret_sealed, w.author_user_id::text, w.author_api_key_id::text
 FROM webhooks.routing_version v
 LEFT JOIN (queued q JOIN webhooks.webhooks w ON w.id = q.webhook_id) ON true
 """
@@ -278,7 +278,20 @@ def _room_args(room: Room) -> tuple[Any, ...]:
 
 def _claimed(row: Any, event: DecodedEvent, lease: uuid.UUID) -> Claimed:
     """A delivery the intake leased, as the dispatcher's claim would have returned it."""
-    _, delivery_id, workspace_id, webhook_id, event_id, operation, _, url, origin, sealed = row
+    (
+        _,
+        delivery_id,
+        workspace_id,
+        webhook_id,
+        event_id,
+        operation,
+        _,
+        url,
+        origin,
+        sealed,
+        author_user_id,
+        author_api_key_id,
+    ) = row
     return Claimed(
         id=delivery_id,
         workspace_id=workspace_id,
@@ -297,6 +310,8 @@ def _claimed(row: Any, event: DecodedEvent, lease: uuid.UUID) -> Claimed:
         record_id=event.record_id,
         record_omitted=event.record_omitted,
         previous_record_omitted=event.previous_record_omitted,
+        author_user_id=author_user_id,
+        author_api_key_id=author_api_key_id,
         lease=lease,
     )
 

@@ -3,7 +3,8 @@
 Every call needs the API_KEYS_AND_WEBHOOKS flag and acts within the caller's workspace; ids of
 other workspaces answer NOT_FOUND. Whoever creates or changes a webhook must READ every record of
 each object its operations name (`*`: of every object), so a webhook never passes on records
-its last editor could not read. Field names in errors are the API's (`targetUrl`, ...).
+its last editor could not read; that editor is kept as its author, whose current access every
+delivery checks again (webhooks.dispatcher). Field names in errors are the API's (`targetUrl`, ...).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2, metadata_pb2_grpc
 from crm.webhooks.v1 import webhooks_pb2 as wh
 from crm.webhooks.v1 import webhooks_pb2_grpc
+from crmkit.authors import Author
 from crmkit.authz import require_flag, require_full_read
 from crmkit.errors import FailedPrecondition, InvalidArgument, NotFound, from_rpc_error
 from crmkit.outbound import (
@@ -187,6 +189,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
             operations=operations,
             description=description,
             sealed_secret=self._box.seal(webhook_id, secret),
+            author=Author.of(principal),
         )
         return webhook_message(row, secret)
 
@@ -234,6 +237,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
                 if current is None:
                     raise NotFound("webhook not found", field="id")
                 require_readable(principal, changes.get("operations", list(current["operations"])))
+                changes.update(Author.of(principal).columns())  # whose access was just checked
                 row = await store.update_webhook(
                     connection, principal.workspace_id, webhook_id, changes
                 )

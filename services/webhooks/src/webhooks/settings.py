@@ -12,6 +12,8 @@ DEFAULT_RETRY_DELAYS = "60,300,900,3600,21600"
 
 class WebhooksSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     METADATA_ADDR: str
+    # Each delivery checks its webhook's author's current access with identity (docs/auth.md).
+    IDENTITY_ADDR: str
     # Records left out of their event for size are read again from the records service.
     RECORDS_ADDR: str
     # Seconds an attempt may take: a 2xx status within it is a success, anything else a failure.

@@ -8,6 +8,7 @@ from typing import Any
 import asyncpg
 
 from crm.common.v1 import common_pb2
+from crmkit.authors import Author
 from crmkit.db import Connection, delete_workspace_row, update_workspace_row
 from crmkit.paging import Page, page_info
 
@@ -32,11 +33,12 @@ async def insert_webhook(
     operations: list[str],
     description: str,
     sealed_secret: bytes,
+    author: Author,
 ) -> asyncpg.Record:
     row = await pool.fetchrow(
         "INSERT INTO webhooks.webhooks (id, workspace_id, target_url, target_origin, operations, "
-        f"description, secret_sealed) VALUES ($1, $2, $3, $4, $5, $6, $7) "
-        f"RETURNING {WEBHOOK_COLUMNS}",
+        "description, secret_sealed, author_user_id, author_api_key_id) "
+        f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {WEBHOOK_COLUMNS}",
         webhook_id,
         workspace_id,
         target_url,
@@ -44,6 +46,8 @@ async def insert_webhook(
         operations,
         description,
         sealed_secret,
+        author.user_id,
+        author.api_key_id,
     )
     assert row is not None
     return row

@@ -7,10 +7,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from crm.identity.v1 import identity_pb2_grpc
 from crm.metadata.v1 import metadata_pb2_grpc
 from crm.records.v1 import records_pb2_grpc
 from crm.workflows.v1 import workflows_pb2, workflows_pb2_grpc
 from crmkit import db, messaging
+from crmkit.authors import AuthorAccess
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
@@ -58,6 +60,9 @@ async def serve(settings: WorkflowsSettings) -> None:
     records_channel = open_channel(
         settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
     )
+    identity_channel = open_channel(
+        settings.IDENTITY_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+    )
     records = records_pb2_grpc.RecordsServiceStub(records_channel)
     principals = PrincipalCodec(settings.APP_SECRET)
     box = secrets.action_box(settings.APP_SECRET)
@@ -80,8 +85,9 @@ async def serve(settings: WorkflowsSettings) -> None:
     )
     background: list[Callable[[], Coroutine[Any, Any, None]]] = []
     if settings.WORKFLOW_RUNNER_ENABLED:
-        runner = Runner(settings, run_pool, executor, metrics)
-        intake = Intake(settings, nats, pool, records, principals, metrics, runner.wake)
+        authors = AuthorAccess(identity_pb2_grpc.AuthServiceStub(identity_channel), principals)
+        runner = Runner(settings, run_pool, executor, metrics, authors)
+        intake = Intake(settings, nats, pool, records, principals, metrics, runner.wake, authors)
         scheduler = Scheduler(pool, metrics, runner.wake)
         background = [intake.run, scheduler.run, runner.run]
     servicer = WorkflowServicer(
@@ -99,6 +105,7 @@ async def serve(settings: WorkflowsSettings) -> None:
     async def close_channels() -> None:
         await metadata_channel.close()
         await records_channel.close()
+        await identity_channel.close()
 
     runtime = ServiceRuntime(
         bindings=[

@@ -216,6 +216,11 @@ class Executor:
         return Report(stored, result, permanent=False)
 
 
+def failed_report(error: str, *, permanent: bool) -> Report:
+    """An attempt that sent nothing, failing with `error`."""
+    return Report(None, _failure(error), permanent=permanent)
+
+
 def _failure(error: str) -> HttpAttempt:
     return HttpAttempt(
         ok=False,

@@ -26,6 +26,7 @@ from nats.aio.msg import Msg
 from crm.events.v1 import events_pb2
 from crm.records.v1 import records_pb2 as rp
 from crm.records.v1 import records_pb2_grpc
+from crmkit.authors import Author, AuthorAccess, AuthorUnavailable
 from crmkit.db import retry_while_unavailable
 from crmkit.filters import referenced_fields
 from crmkit.messaging import RECORD_ACTION_NAMES, durable_record_consumer, fetch_batches
@@ -42,7 +43,8 @@ DURABLE = "workflows-runner"
 BATCH = 256
 
 _TRIGGERS = """
-SELECT id::text, workspace_id::text, trigger_type, object, filter, fields
+SELECT id::text, workspace_id::text, trigger_type, object, filter, fields,
+       author_user_id::text, author_api_key_id::text, read_objects
 FROM workflows.workflows
 WHERE status = 'active' AND trigger_type IN ('record_created', 'record_updated')
   AND (workspace_id, object) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))
@@ -119,7 +121,9 @@ class Intake:
         principals: PrincipalCodec,
         metrics: WorkflowsMetrics,
         on_queued: Callable[[], None],
+        authors: AuthorAccess,
     ) -> None:
+        self._authors = authors
         self._settings = settings
         self._nats = nats
         self._pool = pool
@@ -168,6 +172,13 @@ class Intake:
         if not rows:
             return 0
         triggers = [RecordTrigger.of(dict(row)) for row in rows]
+        authored = {
+            row["id"]: (
+                Author(row["author_user_id"], row["author_api_key_id"]),
+                row["read_objects"],
+            )
+            for row in rows
+        }
         runs: list[tuple[Any, ...]] = []
         for event, message, msg in decoded:
             for trigger in triggers:
@@ -182,7 +193,11 @@ class Intake:
                         event.workspace_id,
                         trigger.workflow_id,
                         event.id,
-                        trigger_event(event, message),
+                        await self._kept_event(
+                            trigger_event(event, message),
+                            event.workspace_id,
+                            *authored[trigger.workflow_id],
+                        ),
                         trace_of(msg, message),
                     )
                 )
@@ -191,6 +206,20 @@ class Intake:
         columns = list(zip(*runs, strict=True))
         count = await self._pool.fetchval(_QUEUE, *[list(column) for column in columns])
         return int(count or 0)
+
+    async def _kept_event(
+        self, kept: dict[str, Any], workspace_id: str, author: Author, read_objects: list[str]
+    ) -> dict[str, Any]:
+        """What the run keeps of the event (its triggerEvent, shown in the run log): without
+        the records when the author may not read them now, or cannot be checked (the runner
+        checks again before the run reads anything, and says why it fails)."""
+        try:
+            refusal = await self._authors.refusal(workspace_id, author, read_objects)
+        except AuthorUnavailable:
+            refusal = "unchecked"
+        if refusal is None:
+            return kept
+        return {**kept, "record": None, "previousRecord": None}
 
     async def _with_relations(self, trigger: RecordTrigger, event: Event) -> dict[str, Any] | None:
         """The record, with the relations the filter reads through loaded (rare: only filters

@@ -6,7 +6,9 @@ a process dies mid-attempt, the lease runs out and the run is claimed again (at 
 nothing is lost, an attempt may repeat). Outcomes are written only by the lease holder: success
 on a 2xx; otherwise the run goes back to `queued` until the next retry
 (WORKFLOW_RETRY_DELAYS[attempt - 1]), and after the last one it fails. A run whose templates
-cannot be filled fails at once (a retry would fail the same way).
+cannot be filled fails at once (a retry would fail the same way), and so does a run that reads
+records its workflow's author may no longer read (crmkit.authors: the author's current access,
+cached a few seconds; the run's error says why).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from typing import Any
 
 import asyncpg
 
+from crmkit.authors import Author, AuthorAccess, AuthorUnavailable
 from crmkit.db import retry_while_unavailable
 from crmkit.retries import next_step, wait_until_due
-from workflows.execution import Action, Executor, Report
+from workflows.execution import Action, Executor, Report, failed_report
 from workflows.metrics import WorkflowsMetrics
 from workflows.settings import WorkflowsSettings
 
@@ -49,7 +52,8 @@ FROM due, workflows.workflows w
 WHERE r.id = due.id AND w.id = r.workflow_id
 RETURNING r.id::text, r.workspace_id::text, r.workflow_id::text, r.attempts, r.trigger_event,
           r.trace_context, r.created_at, w.name, w.trigger_type, w.object, w.method, w.url,
-          w.headers, w.body, w.secret_params, w.secrets
+          w.headers, w.body, w.secret_params, w.secrets, w.author_user_id::text,
+          w.author_api_key_id::text, w.read_objects
 """
 
 # Outcome of an attempt, written by the lease holder only (test runs hold none: NULL).
@@ -99,6 +103,8 @@ class Claimed:
     created_at: datetime
     action: Action
     lease: uuid.UUID
+    author: Author
+    read_objects: tuple[str, ...]  # what the run reads records of (none: scheduled)
 
 
 async def record_outcome(
@@ -136,8 +142,10 @@ class Runner:
         pool: asyncpg.Pool,
         executor: Executor,
         metrics: WorkflowsMetrics,
+        authors: AuthorAccess,
     ) -> None:
         self._settings = settings
+        self._authors = authors
         self._pool = pool
         self._executor = executor
         self._metrics = metrics
@@ -192,6 +200,8 @@ class Runner:
                 created_at=row["created_at"],
                 action=Action.of(dict(row)),
                 lease=lease,
+                author=Author(row["author_user_id"], row["author_api_key_id"]),
+                read_objects=tuple(row["read_objects"]),
             )
             for row in rows
         ]
@@ -207,7 +217,7 @@ class Runner:
                 self._metrics.trigger_to_request.observe(
                     max((datetime.now(UTC) - started).total_seconds(), 0.0)
                 )
-            report = await self._executor.attempt(
+            report = await self._refused(run) or await self._executor.attempt(
                 run_id=run.id,
                 workspace_id=run.workspace_id,
                 action=run.action,
@@ -239,6 +249,17 @@ class Runner:
             log,
         )
         self._metrics.runs.labels(outcome).inc()
+
+    async def _refused(self, run: Claimed) -> Report | None:
+        """A failed attempt when the run reads records its author may no longer read (nothing
+        is read or sent; a retry cannot help), or when identity cannot be asked (retried)."""
+        if not run.read_objects:
+            return None
+        try:
+            refusal = await self._authors.refusal(run.workspace_id, run.author, run.read_objects)
+        except AuthorUnavailable as exc:
+            return failed_report(str(exc), permanent=False)
+        return None if refusal is None else failed_report(refusal, permanent=True)
 
     async def _prune(self) -> None:
         now = time.monotonic()

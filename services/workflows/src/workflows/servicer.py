@@ -4,8 +4,8 @@ Every call needs the WORKFLOWS permission flag (Admin, or a role allowed to mana
 and acts within the caller's workspace; ids of other workspaces answer NOT_FOUND. Whoever saves,
 activates or tests a workflow must READ every record of the objects its runs read (trigger
 object, relations its filter and templates follow), so a run never passes on what they could
-not read. Field names
-in errors are the API's (`trigger.cron`, `action.url`, ...).
+not read; the last to save or activate it is kept as its author, whose current access every run
+checks again (workflows.runner). Field names in errors are the API's (`trigger.cron`, ...).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from crm.records.v1 import records_pb2 as rp
 from crm.records.v1 import records_pb2_grpc
 from crm.workflows.v1 import workflows_pb2 as wf
 from crm.workflows.v1 import workflows_pb2_grpc
+from crmkit.authors import Author
 from crmkit.authz import require_flag, require_full_read
 from crmkit.errors import InvalidArgument, NotFound, from_rpc_error
 from crmkit.jsondepth import contains_nul
@@ -203,9 +204,10 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
 
     async def _checked(
         self, principal: common_pb2.Principal, trigger: TriggerSpec, action: ActionSpec
-    ) -> datetime | None:
+    ) -> tuple[datetime | None, dict[str, Any]]:
         """Check a definition's headers, schedule, outbound rules, data model and the caller's
-        read access; return the first tick of a SCHEDULED trigger."""
+        read access; return the first tick of a SCHEDULED trigger, and the columns that make
+        the caller the author (whose access every run checks again, workflows.runner)."""
         for name in action.headers:
             definitions.refuse_framing(name)
         first_tick = None
@@ -220,7 +222,8 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         schema = await self._schema(principal.workspace_id)
         definitions.check_against_model(trigger, action, schema)
         self._require_read(principal, trigger, action, schema)
-        return first_tick
+        read = definitions.read_objects(trigger, action, schema)
+        return first_tick, {**Author.of(principal).columns(), "read_objects": read}
 
     @staticmethod
     def _require_read(
@@ -243,14 +246,14 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
             raise InvalidArgument("action is required", field="action")
         trigger = definitions.read_trigger(request.trigger)
         action = definitions.read_action(request.action)
-        await self._checked(principal, trigger, action)
+        _, authored = await self._checked(principal, trigger, action)
         workflow_id = str(uuid.uuid4())
         row = await store.insert_workflow(
             self._pool,
             workflow_id,
             principal.workspace_id,
             name,
-            store.definition_columns(trigger, action, workflow_id, self._box),
+            store.definition_columns(trigger, action, workflow_id, self._box) | authored,
         )
         return workflow_message(row)
 
@@ -300,8 +303,9 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
             )
             action = replace(given, url=url, headers=headers)
         if request.HasField("trigger") or request.HasField("action"):
-            first_tick = await self._checked(principal, trigger, action)
+            first_tick, authored = await self._checked(principal, trigger, action)
             changes.update(store.definition_columns(trigger, action, current["id"], self._box))
+            changes.update(authored)
             if current["status"] == "active":
                 changes["next_run_at"] = first_tick
         if not changes:
@@ -330,13 +334,13 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         current = await self._get(principal, request.id)
         trigger, action = spec_of(current, self._box)
         # Checked again: the data model may have changed since the workflow was saved.
-        first_tick = await self._checked(principal, trigger, action)
+        first_tick, authored = await self._checked(principal, trigger, action)
         async with self._pool.acquire() as connection:
             row = await store.update_workflow(
                 connection,
                 principal.workspace_id,
                 current["id"],
-                {"status": "active", "next_run_at": first_tick},
+                {"status": "active", "next_run_at": first_tick, **authored},
             )
         if row is None:
             raise NotFound("workflow not found", field="id")

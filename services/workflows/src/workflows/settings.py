@@ -11,6 +11,8 @@ from crmkit.settings import DatabaseSettings, Duration, GrpcServiceSettings, Nat
 class WorkflowsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     METADATA_ADDR: str
     RECORDS_ADDR: str
+    # Each run checks its workflow's author's current access with identity (docs/auth.md).
+    IDENTITY_ADDR: str
     # Seconds an HTTP action may take: a 2xx status within it is a success.
     WORKFLOW_TIMEOUT: float = Field(default=30.0, gt=0, le=300)
     # Seconds before each retry after a failed attempt (comma-separated); then the run fails.

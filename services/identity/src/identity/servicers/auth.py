@@ -19,6 +19,7 @@ from crm.metadata.v1 import metadata_pb2
 from crmkit.errors import (
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
@@ -35,6 +36,7 @@ from crmkit.tokens import (
 )
 from identity import mail, validation
 from identity.access import require_user
+from identity.authors import api_key_author, user_author
 from identity.cache import lock_workspace
 from identity.credentials import Entries, load_api_keys, load_grants, load_personal_access_tokens
 from identity.deps import Deps
@@ -444,6 +446,28 @@ class AuthServicer(identity_pb2_grpc.AuthServiceServicer):
             lifetime_seconds=lifetime,
         )
         return identity_pb2.IssuedToken(token=token, expires_in=lifetime)
+
+    async def ResolveAuthor(  # noqa: N802
+        self, request: identity_pb2.ResolveAuthorRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.Principal:
+        """The current principal of a webhook's or workflow's author, for the services that
+        pass records on in their name (system principals only)."""
+        principal = self._deps.codec.require(context)
+        if principal.kind != common_pb2.PRINCIPAL_KIND_SYSTEM:
+            raise PermissionDenied("permission denied: services only")
+        workspace_id = uuid.UUID(principal.workspace_id)
+        which = request.WhichOneof("author")
+        if which == "user_id":
+            author_id = uuid.UUID(validation.uuid_text(request.user_id, "userId"))
+            found = await user_author(self._deps.pool, workspace_id, author_id)
+        elif which == "api_key_id":
+            author_id = uuid.UUID(validation.uuid_text(request.api_key_id, "apiKeyId"))
+            found = await api_key_author(self._deps.pool, workspace_id, author_id)
+        else:
+            raise InvalidArgument("userId or apiKeyId is required", field="author")
+        if found is None:
+            raise NotFound("author not found", field="author")
+        return found
 
 
 def _uuid_or_invalid(value: str) -> uuid.UUID:
