@@ -66,6 +66,10 @@ def test_list_parameters_offer_each_fields_operators(model: DataModel) -> None:
     assert "orderBy[tags]" not in names
     assert names["limit"]["schema"]["maximum"] == 200
     assert names["depth"]["schema"]["maximum"] == 1
+    assert "2:" not in names["depth"]["description"]
+    assert "filter[company][name][startsWith]" in names  # a related record's own fields
+    assert "filter[company][people][eq]" not in names
+    assert names["filter"]["schema"] == {"type": "string", "contentMediaType": "application/json"}
 
 
 def test_responses_document_the_rate_limit_headers(model: DataModel) -> None:

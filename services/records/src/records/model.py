@@ -19,8 +19,8 @@ from records.sql import literal, quote, workspace_schema_name
 
 SYSTEM_FIELDS = ("id", "ownerId", "createdAt", "updatedAt", "deletedAt")
 TIMESTAMP_FIELDS = frozenset({"createdAt", "updatedAt", "deletedAt"})
-# Postgres caps function arguments at 100, so json_build_object takes at most 50 pairs.
-_MAX_PAIRS = 50
+# Postgres caps function arguments at 100: concat() takes at most 49 (key, value) pairs.
+_MAX_PAIRS = 49
 
 SQL_TYPES: dict[int, str] = {
     md.FIELD_TYPE_UUID: "uuid",
@@ -223,16 +223,23 @@ class ObjectModel:
 
 
 def build_json_object(pairs: Iterable[tuple[str, str]]) -> str:
-    """json_build_object over (key, SQL expression) pairs, chunked past Postgres' 100 arguments."""
+    """SQL building a JSON object (type json) from (key, SQL expression) pairs, in their order.
+
+    Rendered as `{"key": value, ...}`: json_build_object's `"key" : value` spacing is odd in logs
+    and diffs, and this text concatenation of to_json values costs no more (docs/decisions.md).
+    Keys are the service's own field names (literal() quotes them for SQL; they need no JSON
+    escaping)."""
     items = list(pairs)
-    chunks = [items[i : i + _MAX_PAIRS] for i in range(0, len(items), _MAX_PAIRS)] or [[]]
-    parts = [
-        "json_build_object(" + ", ".join(f"{literal(key)}, {expr}" for key, expr in chunk) + ")"
-        for chunk in chunks
-    ]
-    if len(parts) == 1:
-        return parts[0]
-    return "(" + " || ".join(f"{part}::jsonb" for part in parts) + ")::json"
+    chunks = [items[i : i + _MAX_PAIRS] for i in range(0, len(items), _MAX_PAIRS)]
+    parts: list[str] = []
+    for index, chunk in enumerate(chunks):
+        arguments: list[str] = []
+        for position, (key, expr) in enumerate(chunk):
+            separator = "" if index == 0 and position == 0 else ", "
+            arguments.append(literal(f'{separator}"{key}": '))
+            arguments.append(f"coalesce(to_json({expr})::text, 'null')")
+        parts.append("concat(" + ", ".join(arguments) + ")")
+    return "('{' || " + " || ".join([*parts, "'}'"]) + ")::json"
 
 
 def value_expression(item: FieldModel, alias: str) -> str:
@@ -240,8 +247,8 @@ def value_expression(item: FieldModel, alias: str) -> str:
     if item.type == md.FIELD_TYPE_CURRENCY:
         amount, code = (f"{alias}.{quote(column.name)}" for column in item.columns)
         return (
-            f"CASE WHEN {amount} IS NULL AND {code} IS NULL THEN NULL ELSE json_build_object("
-            f"'amountMicros', {amount}, 'currencyCode', {code}) END"
+            f"CASE WHEN {amount} IS NULL AND {code} IS NULL THEN NULL ELSE "
+            f"{build_json_object([('amountMicros', amount), ('currencyCode', code)])} END"
         )
     column = f"{alias}.{quote(item.column)}"
     if item.type == md.FIELD_TYPE_DATE_TIME:

@@ -211,13 +211,16 @@ async def set_deleted(
     where += where_clause(ctx, obj, "t", access, params, node=node, scope=2 if not deleted else 0)
     if node is not None and deleted:
         where.append('t."deletedAt" IS NULL')
+    # updatedAt moves too, so that receivers can order an update, a delete and a restore of one
+    # record by it (docs/webhooks.md); a delete's deletedAt equals its updatedAt.
     value = NOW if deleted else "NULL"
     action = outbox.DELETED if deleted else outbox.UPDATED
     if not deleted:
         cause = outbox.RESTORE if cause == outbox.WRITE else cause
     sql = (
         f"WITH {_target_cte(obj, where)}, "
-        f"upd AS (UPDATE {obj.table} AS t SET \"deletedAt\" = {value} FROM target o "
+        f"upd AS (UPDATE {obj.table} AS t SET \"deletedAt\" = {value}, \"updatedAt\" = {NOW} "
+        f"FROM target o "
         f"WHERE t.id = o.id RETURNING t.id, {obj.json_expression('t')} AS after, o.before), "
         + outbox.outbox_cte("ob", "upd", obj, ctx.principal, params, action=action, cause=cause,
                             changed="ARRAY['deletedAt']")

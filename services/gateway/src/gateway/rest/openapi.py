@@ -168,19 +168,34 @@ def _filter_value_schema(f_type: FieldType, options: tuple[str, ...], integer: b
     return {"type": "string"}
 
 
-def _filter_parameters(obj: ObjectModel) -> list[Schema]:
-    """One parameter per (field, operator), e.g. filter[name][startsWith]; relations by id."""
-    targets: list[tuple[str, FieldType, tuple[str, ...], bool]] = []
+_Target = tuple[str, FieldType, tuple[str, ...], bool]
+
+
+def _own_targets(obj: ObjectModel, prefix: str = "") -> list[_Target]:
+    """The filterable paths of `obj`'s own fields: scalars, currency parts, relation ids."""
+    targets: list[_Target] = []
     for f in obj.fields:
         if f.is_one_to_many or f.type is FieldType.RAW_JSON:
             continue
         if f.is_many_to_one:
-            targets.append((f"{f.name}][id", FieldType.UUID, (), False))
+            if not prefix:  # one level: a related record's own relations are left out
+                targets.append((f"{f.name}][id", FieldType.UUID, (), False))
         elif f.type is FieldType.CURRENCY:
-            targets.append((f"{f.name}][amountMicros", FieldType.NUMBER, (), True))
-            targets.append((f"{f.name}][currencyCode", FieldType.TEXT, (), False))
+            targets.append((f"{prefix}{f.name}][amountMicros", FieldType.NUMBER, (), True))
+            targets.append((f"{prefix}{f.name}][currencyCode", FieldType.TEXT, (), False))
         else:
-            targets.append((f.name, f.type, f.options, False))
+            targets.append((f"{prefix}{f.name}", f.type, f.options, False))
+    return targets
+
+
+def _filter_parameters(model: DataModel, obj: ObjectModel) -> list[Schema]:
+    """One parameter per (field, operator), e.g. filter[name][startsWith], and per field of a
+    many-to-one relation's target, e.g. filter[company][name][startsWith]."""
+    targets = _own_targets(obj)
+    for f in obj.fields:
+        target = model.object(f.target) if f.is_many_to_one else None
+        if target is not None:
+            targets += [t for t in _own_targets(target, f"{f.name}][") if t[0] != f"{f.name}][id"]
     parameters: list[Schema] = []
     for path, f_type, options, integer in targets:
         multi = f_type is FieldType.MULTI_SELECT
@@ -226,9 +241,17 @@ _JSON_FILTER = {
     "name": "filter",
     "in": "query",
     "required": False,
-    "description": 'JSON filter, e.g. {"or": [{"stage": {"eq": "WON"}}, {"amount": '
-    '{"amountMicros": {"gt": 0}}}]}; ANDed with the filter[...] parameters.',
-    "content": {"application/json": {"schema": {"type": "object"}}},
+    "description": "A filter tree as JSON text (URL-encoded), ANDed with the filter[...] "
+    'parameters. Grammar: FILTER = {FIELD: CONDITION, ..., "and": [FILTER, ...], "or": '
+    '[FILTER, ...], "not": FILTER} (members combine with AND); CONDITION = {OPERATOR: VALUE, '
+    "...} with the operators of the filter[<field>][<op>] parameters (eq, neq, in, contains, "
+    "startsWith, endsWith, gt, gte, lt, lte, is, isNot; is/isNot take null); a many-to-one "
+    'relation\'s CONDITION is a FILTER on its target ({"company": {"name": {"eq": '
+    '"Acme"}}}); a currency\'s is {"amountMicros": CONDITION, "currencyCode": '
+    "CONDITION}. The same tree as GraphQL's filter argument.",
+    "schema": {"type": "string", "contentMediaType": "application/json"},
+    "example": '{"or": [{"createdAt": {"lt": "2026-01-01"}}, '
+    '{"createdAt": {"gte": "2026-06-01"}}]}',
 }
 
 
@@ -262,11 +285,14 @@ def _fields_parameter(obj: ObjectModel) -> Schema:
 
 
 def _depth(maximum: int, default: int) -> Schema:
+    meanings = ["0: the record's own fields", "1: many-to-one relations nested"]
+    if maximum >= 2:
+        meanings.append("2: also the first 60 records of each one-to-many relation")
     return {
         "name": "depth",
         "in": "query",
         "required": False,
-        "description": "0: own fields; 1: many-to-one relations nested; 2: also one-to-many.",
+        "description": "; ".join(meanings[: maximum + 1]) + ".",
         "schema": {"type": "integer", "minimum": 0, "maximum": maximum, "default": default},
     }
 
@@ -341,13 +367,13 @@ def _data(schema: Schema, **extra: Schema) -> Schema:
     }
 
 
-def _operations(obj: ObjectModel) -> dict[str, Schema]:
+def _operations(model: DataModel, obj: ObjectModel) -> dict[str, Schema]:
     name = _component_name(obj)
     record = _ref(name)
     page = _data({"type": "array", "items": record}, pageInfo=_ref("PageInfo"))
     tag = [obj.plural]
     list_parameters = [
-        *_filter_parameters(obj),
+        *_filter_parameters(model, obj),
         _JSON_FILTER,
         *_order_parameters(obj),
         _limit(),
@@ -480,7 +506,7 @@ def _operations(obj: ObjectModel) -> dict[str, Schema]:
                             "enum": [f.name for f in obj.fields if f.sortable or f.is_many_to_one],
                         },
                     },
-                    *_filter_parameters(obj),
+                    *_filter_parameters(model, obj),
                     _JSON_FILTER,
                     {
                         "name": "limit",
@@ -616,7 +642,7 @@ def build_document(model: DataModel) -> dict[str, Any]:
         schemas[name] = record_schema(model, obj)
         schemas[f"{name}Create"] = write_schema(obj, create=True)
         schemas[f"{name}Update"] = write_schema(obj, create=False)
-        paths.update(_operations(obj))
+        paths.update(_operations(model, obj))
     return {
         "openapi": "3.1.0",
         "info": {
@@ -631,7 +657,12 @@ def build_document(model: DataModel) -> dict[str, Any]:
         "paths": paths,
         "components": {
             "securitySchemes": {
-                "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An access token (POST /auth/login), an API key (crm_ak_...), "
+                    "a personal access token or an OAuth access token.",
+                }
             },
             "schemas": schemas,
             "headers": {**_RATE_LIMIT_HEADERS, **_RETRY_AFTER},

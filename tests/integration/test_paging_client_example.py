@@ -1,0 +1,45 @@
+"""examples/paging_client.py pages through a list larger than the rate limit allows in one
+window (the default 100 calls per 60 s, on `scaled_stack`) and gets every record exactly once,
+waiting as the 429 answers say. Bounded: ~150 calls, one wait of under a minute."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from crmstack.client import signup
+from crmstack.stack import Stack
+from examples.paging_client import RestClient, iter_records, retry_delay
+
+RECORDS = 150
+
+
+def test_pages_through_a_list_over_the_rate_limit_backing_off_on_429(
+    scaled_stack: Stack,
+) -> None:
+    with httpx.Client(base_url=scaled_stack.base_url, timeout=30) as http:
+        session = signup(http)  # /auth/* is not counted
+        created = http.post(
+            "/rest/batch/companies",
+            json=[{"name": f"Company {i:03}"} for i in range(RECORDS)],
+            headers=session.headers,
+        )
+        assert created.status_code == 201, created.text
+    client = RestClient(scaled_stack.base_url, session.access_token, on_wait=lambda _: None)
+    started = time.monotonic()
+    names = [r["name"] for r in iter_records(client, "companies", limit=1)]
+    elapsed = time.monotonic() - started
+
+    assert sorted(names) == [f"Company {i:03}" for i in range(RECORDS)]  # each exactly once
+    assert client.waits, "150 calls within a 100-call window must have been refused once"
+    assert all(1 <= wait <= 60 for wait in client.waits), client.waits
+    assert elapsed >= min(client.waits)  # it did wait before asking again
+
+
+def test_retry_delay_prefers_retry_after_then_the_reset_time() -> None:
+    assert retry_delay({"Retry-After": "17", "X-RateLimit-Reset": "2000000000"}) == 17
+    assert retry_delay({"X-RateLimit-Reset": "1000"}, now=990.5) == 9.5
+    assert retry_delay({"X-RateLimit-Reset": "1000"}, now=1000) == 1.0
+    assert retry_delay({}) == 1.0
+    assert retry_delay({"retry-after": "3"}) == 3
