@@ -17,7 +17,13 @@ from crmstack.client import Session, signup
 from crmstack.stack import Stack
 from examples.webhook_receiver import Delivery, WebhookReceiver
 from tests.integration.subscriptions_client import Socket, metric
-from tests.integration.webhooks_client import make_hooks, running_receiver, skipped, wait_skipped
+from tests.integration.webhooks_client import (
+    deliverer_metric,
+    make_hooks,
+    running_receiver,
+    skipped,
+    wait_skipped,
+)
 
 LIMIT = 100  # the scaled stack's API_RATE_LIMITING_LIMIT
 EVENTS = 50
@@ -104,8 +110,7 @@ def receiver() -> Iterator[WebhookReceiver]:
 
 
 def delivered(stack: Stack, replica: int) -> float:
-    port = stack.instances["webhooks"][replica].metrics_port
-    return metric(f"http://127.0.0.1:{port}", "webhook_deliveries_total", {"outcome": "delivered"})
+    return deliverer_metric(stack, 'webhook_deliveries_total{outcome="delivered"}', replica)
 
 
 def test_every_webhook_event_arrives_when_a_deliverer_is_killed_mid_run(
