@@ -43,6 +43,7 @@ stop:
 lint: install proto
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest tests/test_import_cycles.py -q
 
 typecheck: install proto
 	$(VENV)/bin/mypy
