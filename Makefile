@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 UV ?= uv
 IMAGE_TAG ?= dev
 
-.PHONY: install proto run stop test lint typecheck unit integration clean proto-check chromium \
+.PHONY: install proto run stop test lint typecheck unit integration clean chromium \
 	requirements images kind-test chart-check images-check bench bench-smoke fuzz
 
 install: $(STAMP)
