@@ -1,6 +1,8 @@
 """Every service's console script ([project.scripts] in its pyproject.toml) starts: it names a
 zero-argument function that answers `--help` and, without configuration, exits with one line
-naming the missing variables (the images and `make install` run the same functions)."""
+naming the missing variables. Each is called as the installed script's wrapper calls it
+(`make install` puts the sources on the path without installing scripts); `python -m <service>`,
+as the images run it, calls the same function."""
 
 from __future__ import annotations
 
