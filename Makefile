@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 UV ?= uv
 IMAGE_TAG ?= dev
 
-.PHONY: install proto run stop test lint typecheck unit integration clean proto-check chromium \
+.PHONY: install proto run stop test lint typecheck unit integration clean chromium \
 	requirements images kind-test chart-check images-check bench bench-smoke fuzz
 
 install: $(STAMP)
@@ -43,6 +43,7 @@ stop:
 lint: install proto
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest tests/test_import_cycles.py -q
 
 typecheck: install proto
 	$(VENV)/bin/mypy

@@ -18,9 +18,15 @@ from gateway.datamodel.model import DataModel
 from gateway.graphql.builder import StaticNames
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.endpoint import WorkspaceSchemas, graphql_response
-from gateway.graphql.parts import registered_parts
+from gateway.graphql.identity import IDENTITY_PART
+from gateway.graphql.metadata_ops import METADATA_PART
+from gateway.graphql.parts import SchemaPart
 from gateway.graphql.schema import build_static_schema
+from gateway.graphql.version import VERSION_PART
+from gateway.graphql.webhooks import WEBHOOKS_PART
+from gateway.graphql.workflows import WORKFLOWS_PART
 from gateway.settings import GatewaySettings
+from gateway.subscriptions.fields import SUBSCRIPTIONS_PART
 
 T = md.FieldType
 
@@ -280,11 +286,23 @@ GraphQLRunner = Callable[..., Awaitable[dict[str, Any]]]
 
 
 @pytest.fixture
-def run_graphql(fakes: Fakes) -> GraphQLRunner:
+def schema_parts() -> tuple[SchemaPart, ...]:
+    """Every feature's schema part, as the app lists them."""
+    return (
+        VERSION_PART,
+        IDENTITY_PART,
+        METADATA_PART,
+        WEBHOOKS_PART,
+        WORKFLOWS_PART,
+        SUBSCRIPTIONS_PART,
+    )
+
+
+@pytest.fixture
+def run_graphql(fakes: Fakes, schema_parts: tuple[SchemaPart, ...]) -> GraphQLRunner:
     """Executes a query against the fixture workspace's schema as /graphql would and returns
     the response body."""
-    parts = registered_parts()
-    schemas = WorkspaceSchemas(parts, StaticNames.of(build_static_schema(parts)))
+    schemas = WorkspaceSchemas(schema_parts, StaticNames.of(build_static_schema(schema_parts)))
 
     async def run(query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         model = await fakes.state.models.get(fakes.principal)

@@ -19,20 +19,22 @@ from gateway.datamodel.model import DataModel
 from gateway.graphql import endpoint as endpoint_module
 from gateway.graphql.builder import StaticNames, build_workspace_schema
 from gateway.graphql.endpoint import WorkspaceSchemas, workspace_graphql_endpoint
-from gateway.graphql.parts import GeneratedTypes, SchemaPart, registered_parts
+from gateway.graphql.parts import GeneratedTypes, SchemaPart
 from gateway.graphql.schema import build_static_schema
 
+Parts = tuple[SchemaPart, ...]
 
-def _static() -> StaticNames:
-    return StaticNames.of(build_static_schema(registered_parts()))
+
+def _static(parts: Parts) -> StaticNames:
+    return StaticNames.of(build_static_schema(parts))
 
 
 def _type_names(schema: strawberry.Schema) -> set[str]:
     return set(schema._schema.type_map)
 
 
-def test_names_follow_the_spec(model: DataModel) -> None:
-    built = build_workspace_schema(model, registered_parts(), _static())
+def test_names_follow_the_spec(model: DataModel, schema_parts: Parts) -> None:
+    built = build_workspace_schema(model, schema_parts, _static(schema_parts))
     graphql = built.schema._schema
     assert graphql.query_type is not None
     assert graphql.mutation_type is not None
@@ -72,17 +74,17 @@ def _custom(singular: str, plural: str) -> md.ObjectMetadata:
 
 
 def test_generated_names_avoid_static_ones(
-    make_schema: Callable[..., md.WorkspaceSchema],
+    make_schema: Callable[..., md.WorkspaceSchema], schema_parts: Parts
 ) -> None:
     model = DataModel.from_proto(make_schema(_custom("pageInfo", "pageInfos")))
-    built = build_workspace_schema(model, registered_parts(), _static())
+    built = build_workspace_schema(model, schema_parts, _static(schema_parts))
     names = _type_names(built.schema)
     assert {"PageInfo", "PageInfoRecord", "PageInfoRecordConnection"} <= names
     assert built.skipped == ()
     # An operation name a static part holds is kept by the part (metadata reserves such names;
     # the builder still never lets one object break the whole schema).
     clash = DataModel.from_proto(make_schema(_custom("object", "objects")))
-    built = build_workspace_schema(clash, registered_parts(), _static())
+    built = build_workspace_schema(clash, schema_parts, _static(schema_parts))
     assert {"objects", "object", "createObject"} <= set(built.skipped)
     graphql = built.schema._schema
     assert graphql.query_type is not None
@@ -90,7 +92,7 @@ def test_generated_names_avoid_static_ones(
     assert "objectsAggregate" in graphql.query_type.fields
 
 
-def test_parts_can_build_on_generated_types(model: DataModel) -> None:
+def test_parts_can_build_on_generated_types(model: DataModel, schema_parts: Parts) -> None:
     seen: list[GeneratedTypes] = []
 
     def for_model(generated: GeneratedTypes) -> SchemaPart:
@@ -110,8 +112,8 @@ def test_parts_can_build_on_generated_types(model: DataModel) -> None:
         )
         return SchemaPart(name="events", subscription=subscription)
 
-    parts = (*registered_parts(), SchemaPart(name="events", for_model=for_model))
-    built = build_workspace_schema(model, parts, _static())
+    parts = (*schema_parts, SchemaPart(name="events", for_model=for_model))
+    built = build_workspace_schema(model, parts, _static(schema_parts))
     assert seen[0].model is model
     subscription = built.schema._schema.subscription_type
     assert subscription is not None
@@ -129,7 +131,9 @@ def _typed_generator(record_type: Any) -> Any:
 
 
 @pytest.fixture
-def graphql_client(fakes: Any, monkeypatch: pytest.MonkeyPatch) -> httpx.AsyncClient:
+def graphql_client(
+    fakes: Any, monkeypatch: pytest.MonkeyPatch, schema_parts: Parts
+) -> httpx.AsyncClient:
     async def authenticate(connection: Any, *, admit: bool = True) -> common_pb2.Principal:
         return fakes.principal  # type: ignore[no-any-return]
 
@@ -138,8 +142,7 @@ def graphql_client(fakes: Any, monkeypatch: pytest.MonkeyPatch) -> httpx.AsyncCl
 
     monkeypatch.setattr(endpoint_module, "authenticate", authenticate)
     monkeypatch.setattr(endpoint_module, "admit_request", admit_request)
-    parts = registered_parts()
-    schemas = WorkspaceSchemas(parts, StaticNames.of(build_static_schema(parts)))
+    schemas = WorkspaceSchemas(schema_parts, _static(schema_parts))
     app = Starlette()
     app.add_route("/graphql", workspace_graphql_endpoint(schemas, development=False), ["POST"])
     app.state.gateway = fakes.state

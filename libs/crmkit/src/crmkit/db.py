@@ -21,6 +21,7 @@ import orjson
 from asyncpg.pool import PoolConnectionProxy
 from opentelemetry import trace
 
+from crmkit.errors import InvalidArgument
 from crmkit.outages import OutageLog
 
 log = logging.getLogger("crmkit.db")
@@ -228,6 +229,22 @@ DATABASE_UNAVAILABLE = (
     asyncpg.InterfaceError,
     asyncpg.exceptions.InternalClientError,
 )
+
+
+def from_database_value_error(exc: asyncpg.exceptions.DataError) -> InvalidArgument:
+    """A PostgreSQL data exception (SQLSTATE class 22: a value that cannot be stored or computed,
+    such as a NUL character in text or a sum beyond double precision) as the client's error."""
+    if (exc.sqlstate == "22021" and "0x00" in str(exc)) or exc.sqlstate == "22P05":
+        return InvalidArgument("text values must not contain the NUL character (\\u0000)")
+    # Never the driver's text: it quotes SQL, parameters and values (docs/api.md, "Errors").
+    return InvalidArgument(_DATA_ERRORS.get(exc.sqlstate or "", "a value cannot be stored"))
+
+
+_DATA_ERRORS = {
+    "22003": "a number is out of range",
+    "22008": "a date or time is out of range",
+    "22P02": "a value is not in the form its field takes",
+}
 
 
 async def retry_while_unavailable(

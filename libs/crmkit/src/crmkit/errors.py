@@ -114,22 +114,6 @@ _BY_CODE: dict[grpc.StatusCode, type[ServiceError]] = {
 }
 
 
-def from_database_value_error(exc: asyncpg.exceptions.DataError) -> InvalidArgument:
-    """A PostgreSQL data exception (SQLSTATE class 22: a value that cannot be stored or computed,
-    such as a NUL character in text or a sum beyond double precision) as the client's error."""
-    if (exc.sqlstate == "22021" and "0x00" in str(exc)) or exc.sqlstate == "22P05":
-        return InvalidArgument("text values must not contain the NUL character (\\u0000)")
-    # Never the driver's text: it quotes SQL, parameters and values (docs/api.md, "Errors").
-    return InvalidArgument(_DATA_ERRORS.get(exc.sqlstate or "", "a value cannot be stored"))
-
-
-_DATA_ERRORS = {
-    "22003": "a number is out of range",
-    "22008": "a date or time is out of range",
-    "22P02": "a value is not in the form its field takes",
-}
-
-
 # PostgreSQL refusing or dropping the connection (class 08), shutting down or not yet accepting
 # (57P01-57P03), out of connections (53300), or cancelling a statement past statement_timeout
 # (57014: the transaction is rolled back, so the answer is a definite "not written").

@@ -19,10 +19,10 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from crmkit.db import from_database_value_error
 from crmkit.errors import (
     ServiceError,
     Unavailable,
-    from_database_value_error,
     to_rpc_status,
     unavailable_dependency,
 )

@@ -2,21 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import asyncpg
 from nats.aio.client import Client as NatsClient
 from starlette.requests import HTTPConnection
 
+from crm.common.v1 import common_pb2
 from crmkit.principal import PrincipalCodec
 from gateway.datamodel.cache import DataModelCache
 from gateway.metrics import GatewayMetrics
-from gateway.ratelimit.limiter import RateLimiter
+from gateway.ratelimit.window import Decision
 from gateway.redis_connection import PipelinedRedis
 from gateway.settings import GatewaySettings
-from gateway.subscriptions.hub import SubscriptionHub
+from gateway.subscriptions.hub import EventSubscription
 from gateway.upstreams import Upstreams
 from gateway.verified_tokens import VerifiedTokens
+
+
+class RateLimit(Protocol):
+    """What handlers need of the rate limiter (gateway.ratelimit.limiter.RateLimiter)."""
+
+    async def check(self, principal: common_pb2.Principal, calls: int = 1) -> Decision | None: ...
+
+
+class EventSubscriptions(Protocol):
+    """What handlers need of the subscription hub (gateway.subscriptions.hub.SubscriptionHub)."""
+
+    def subscribe(
+        self,
+        workspace_id: str,
+        object_name: str,
+        action: str,
+        *,
+        predicate: Callable[[Mapping[str, Any]], bool] | None,
+        owner_id: str | None,
+        on_overflow: Callable[[EventSubscription], None],
+    ) -> EventSubscription: ...
 
 
 @dataclass(frozen=True)
@@ -30,8 +54,8 @@ class GatewayState:
     principals: PrincipalCodec
     # Data models per workspace and what derives from them (GraphQL schemas, OpenAPI).
     models: DataModelCache
-    subscriptions: SubscriptionHub
-    rate_limiter: RateLimiter
+    subscriptions: EventSubscriptions
+    rate_limiter: RateLimit
     # Access tokens this process has verified (signature only; revocation is read every time).
     verified_tokens: VerifiedTokens = field(default_factory=VerifiedTokens)
 

@@ -1,10 +1,15 @@
-"""`python -m metadata`: serve gRPC, or `python -m metadata migrate`."""
+"""`python -m metadata` (or `crm-metadata`): serve gRPC, or `python -m metadata migrate`."""
 
 from __future__ import annotations
 
-from crmkit.entrypoint import main
+from crmkit import entrypoint
 from metadata.app import migrate, serve
 from metadata.settings import MetadataSettings
 
+
+def main() -> None:
+    entrypoint.main("metadata", MetadataSettings, serve, migrate)
+
+
 if __name__ == "__main__":
-    main("metadata", MetadataSettings, serve, migrate)
+    main()

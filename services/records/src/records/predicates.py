@@ -16,6 +16,7 @@ import orjson
 from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.authz import Access
+from crmkit.filters import OPERATOR_NAMES
 from records import values
 from records.model import SORTABLE_TYPES, TEXT_TYPES, FieldModel, ObjectModel, WorkspaceModel
 from records.sql import Params, quote
@@ -45,20 +46,6 @@ ARRAY_CASTS: dict[int, str] = {
 }
 _COMPARISONS = {Op.FILTER_OPERATOR_GT: ">", Op.FILTER_OPERATOR_GTE: ">=",
                 Op.FILTER_OPERATOR_LT: "<", Op.FILTER_OPERATOR_LTE: "<="}  # fmt: skip
-_OPERATOR_NAMES = {
-    Op.FILTER_OPERATOR_EQ: "eq",
-    Op.FILTER_OPERATOR_NEQ: "neq",
-    Op.FILTER_OPERATOR_IN: "in",
-    Op.FILTER_OPERATOR_CONTAINS: "contains",
-    Op.FILTER_OPERATOR_STARTS_WITH: "startsWith",
-    Op.FILTER_OPERATOR_ENDS_WITH: "endsWith",
-    Op.FILTER_OPERATOR_GT: "gt",
-    Op.FILTER_OPERATOR_GTE: "gte",
-    Op.FILTER_OPERATOR_LT: "lt",
-    Op.FILTER_OPERATOR_LTE: "lte",
-    Op.FILTER_OPERATOR_IS: "is",
-    Op.FILTER_OPERATOR_IS_NOT: "isNot",
-}
 MAX_DEPTH = 32
 
 AccessOf = Callable[[ObjectModel], Access | None]
@@ -202,7 +189,7 @@ class PredicateCompiler:
 
     def _compare(self, condition: common_pb2.Condition, target: Target) -> str:
         op = condition.operator
-        name = _OPERATOR_NAMES.get(op)
+        name = OPERATOR_NAMES.get(op)
         if name is None:
             raise values.fail(target.path, "missing or unknown filter operator")
         raw = _load(condition.value_json, target.path)

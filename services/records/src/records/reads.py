@@ -107,9 +107,9 @@ def _scope_sql(alias: str, access: Access, params: Params) -> str:
 
 
 def deleted_scope(alias: str, scope: int, node: common_pb2.Filter | None) -> str:
-    if scope == 1:  # DELETED_SCOPE_INCLUDE
+    if scope == records_pb2.DELETED_SCOPE_INCLUDE:
         return ""
-    if scope == 2:  # DELETED_SCOPE_ONLY
+    if scope == records_pb2.DELETED_SCOPE_ONLY:
         return f'{alias}."deletedAt" IS NOT NULL'
     if node is not None and references_field(node, "deletedAt"):
         return ""  # a filter on deletedAt decides by itself

@@ -241,11 +241,15 @@ class Intake:
         async with self._dispatcher.claiming() as room:
             rows = await self._pool.fetch(_INTAKE, *_columns(events), *_room_args(room))
             by_id = {event.id: event for event in events}
-            leased = [_claimed(row, by_id[row[4]], room.lease) for row in rows if row[6]]
-            left_due = {row[8] for row in rows if row[1] is not None and not row[6]}
+            leased = [
+                _claimed(row, by_id[row["event_id"]], room.lease) for row in rows if row["leased"]
+            ]
+            left_due = {
+                row["target_origin"] for row in rows if row["id"] is not None and not row["leased"]
+            }
             self._dispatcher.adopt(leased, left_due)
-        queued = sum(1 for row in rows if row[1] is not None)
-        return int(rows[0][0]), queued
+        queued = sum(1 for row in rows if row["id"] is not None)
+        return int(rows[0]["version"]), queued
 
 
 def _columns(events: list[DecodedEvent]) -> tuple[list[Any], ...]:
@@ -278,30 +282,16 @@ def _room_args(room: Room) -> tuple[Any, ...]:
 
 def _claimed(row: Any, event: DecodedEvent, lease: uuid.UUID) -> Claimed:
     """A delivery the intake leased, as the dispatcher's claim would have returned it."""
-    (
-        _,
-        delivery_id,
-        workspace_id,
-        webhook_id,
-        event_id,
-        operation,
-        _,
-        url,
-        origin,
-        sealed,
-        author_user_id,
-        author_api_key_id,
-    ) = row
     return Claimed(
-        id=delivery_id,
-        workspace_id=workspace_id,
-        webhook_id=webhook_id,
-        event_id=event_id,
-        operation=operation,
+        id=row["id"],
+        workspace_id=row["workspace_id"],
+        webhook_id=row["webhook_id"],
+        event_id=row["event_id"],
+        operation=row["operation"],
         attempts=1,
-        target_url=url,
-        target_origin=origin,
-        secret_sealed=sealed,
+        target_url=row["target_url"],
+        target_origin=row["target_origin"],
+        secret_sealed=row["secret_sealed"],
         record=event.record,
         previous_record=event.previous_record,
         occurred_at=event.occurred_at,
@@ -310,8 +300,8 @@ def _claimed(row: Any, event: DecodedEvent, lease: uuid.UUID) -> Claimed:
         record_id=event.record_id,
         record_omitted=event.record_omitted,
         previous_record_omitted=event.previous_record_omitted,
-        author_user_id=author_user_id,
-        author_api_key_id=author_api_key_id,
+        author_user_id=row["author_user_id"],
+        author_api_key_id=row["author_api_key_id"],
         lease=lease,
     )
 

@@ -25,6 +25,7 @@ from crm.webhooks.v1 import webhooks_pb2_grpc
 from crmkit.authors import Author
 from crmkit.authz import require_flag, require_full_read
 from crmkit.errors import FailedPrecondition, InvalidArgument, NotFound, from_rpc_error
+from crmkit.ids import canonical_uuid
 from crmkit.outbound import (
     OutboundPolicy,
     OutboundRefused,
@@ -118,13 +119,6 @@ def require_readable(principal: common_pb2.Principal, operations: list[str]) -> 
         require_full_read(principal, object_name)
 
 
-def _uuid(value: str, field: str) -> str:
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise InvalidArgument(f"{field} must be a UUID", field=field) from None
-
-
 class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
     def __init__(
         self,
@@ -208,7 +202,9 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         self, request: wh.GetWebhookRequest, context: Context
     ) -> wh.Webhook:
         principal = self._caller(context)
-        row = await store.get_webhook(self._pool, principal.workspace_id, _uuid(request.id, "id"))
+        row = await store.get_webhook(
+            self._pool, principal.workspace_id, canonical_uuid(request.id, "id")
+        )
         if row is None:
             raise NotFound("webhook not found", field="id")
         return webhook_message(row)
@@ -217,7 +213,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         self, request: wh.UpdateWebhookRequest, context: Context
     ) -> wh.Webhook:
         principal = self._caller(context)
-        webhook_id = _uuid(request.id, "id")
+        webhook_id = canonical_uuid(request.id, "id")
         changes: dict[str, Any] = {}
         if request.HasField("target_url"):
             changes["target_url"], changes["target_origin"] = await self._checked_target(
@@ -253,7 +249,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         self, request: wh.DeleteWebhookRequest, context: Context
     ) -> wh.DeleteWebhookResponse:
         principal = self._caller(context)
-        webhook_id = _uuid(request.id, "id")
+        webhook_id = canonical_uuid(request.id, "id")
         if not await store.delete_webhook(self._pool, principal.workspace_id, webhook_id):
             raise NotFound("webhook not found", field="id")
         return wh.DeleteWebhookResponse(id=webhook_id)
@@ -262,7 +258,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         self, request: wh.RotateWebhookSecretRequest, context: Context
     ) -> wh.Webhook:
         principal = self._caller(context)
-        webhook_id = _uuid(request.id, "id")
+        webhook_id = canonical_uuid(request.id, "id")
         secret = new_secret()
         async with self._pool.acquire() as connection:
             row = await store.update_webhook(
@@ -281,7 +277,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         principal = self._caller(context)
         if not request.webhook_id:
             raise InvalidArgument("webhookId is required", field="webhookId")
-        webhook_id = _uuid(request.webhook_id, "webhookId")
+        webhook_id = canonical_uuid(request.webhook_id, "webhookId")
         page = read_page(request.page)
         if await store.get_webhook(self._pool, principal.workspace_id, webhook_id) is None:
             raise NotFound("webhook not found", field="webhookId")
@@ -298,7 +294,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         self, request: wh.RedeliverRequest, context: Context
     ) -> wh.WebhookDelivery:
         principal = self._caller(context)
-        delivery_id = _uuid(request.delivery_id, "deliveryId")
+        delivery_id = canonical_uuid(request.delivery_id, "deliveryId")
         problem, row = await store.redeliver(self._pool, principal.workspace_id, delivery_id)
         if problem == "missing":
             raise NotFound("delivery not found", field="deliveryId")

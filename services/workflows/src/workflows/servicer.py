@@ -29,6 +29,7 @@ from crm.workflows.v1 import workflows_pb2_grpc
 from crmkit.authors import Author
 from crmkit.authz import require_flag, require_full_read
 from crmkit.errors import InvalidArgument, NotFound, from_rpc_error
+from crmkit.ids import canonical_uuid
 from crmkit.jsondepth import contains_nul
 from crmkit.outbound import OutboundPolicy, OutboundRefused, check_url
 from crmkit.paging import read_page
@@ -125,13 +126,6 @@ def run_message(row: Any) -> wf.WorkflowRun:
     if row["finished_at"] is not None:
         message.finished_at.CopyFrom(_timestamp(row["finished_at"]))
     return message
-
-
-def _uuid(value: str, field: str) -> str:
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise InvalidArgument(f"{field} must be a UUID", field=field) from None
 
 
 def spec_of(row: Any, box: SecretBox) -> tuple[TriggerSpec, ActionSpec]:
@@ -264,7 +258,9 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         return workflow_message(await self._get(principal, request.id))
 
     async def _get(self, principal: common_pb2.Principal, raw_id: str, field: str = "id") -> Any:
-        row = await store.get_workflow(self._pool, principal.workspace_id, _uuid(raw_id, field))
+        row = await store.get_workflow(
+            self._pool, principal.workspace_id, canonical_uuid(raw_id, field)
+        )
         if row is None:
             raise NotFound("workflow not found", field=field)
         return row
@@ -287,7 +283,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         self, request: wf.UpdateWorkflowRequest, context: Context
     ) -> wf.Workflow:
         principal = self._caller(context)
-        workflow_id = _uuid(request.id, "id")
+        workflow_id = canonical_uuid(request.id, "id")
         current = await self._get(principal, workflow_id)
         trigger, action = spec_of(current, self._box)
         changes: dict[str, Any] = {}
@@ -322,7 +318,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         self, request: wf.DeleteWorkflowRequest, context: Context
     ) -> wf.DeleteWorkflowResponse:
         principal = self._caller(context)
-        workflow_id = _uuid(request.id, "id")
+        workflow_id = canonical_uuid(request.id, "id")
         if not await store.delete_workflow(self._pool, principal.workspace_id, workflow_id):
             raise NotFound("workflow not found", field="id")
         return wf.DeleteWorkflowResponse(id=workflow_id)
@@ -350,7 +346,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         self, request: wf.SetWorkflowStatusRequest, context: Context
     ) -> wf.Workflow:
         principal = self._caller(context)
-        workflow_id = _uuid(request.id, "id")
+        workflow_id = canonical_uuid(request.id, "id")
         async with self._pool.acquire() as connection, connection.transaction():
             row = await store.update_workflow(
                 connection,

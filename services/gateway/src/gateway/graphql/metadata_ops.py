@@ -19,34 +19,15 @@ from strawberry.types.unset import UNSET
 
 from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2
+from gateway.datamodel.model import FieldType, RelationKind
 from gateway.graphql.context import GraphQLContext
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import SchemaPart
 from gateway.pagination import page_info_json, page_request
 
-
-@strawberry.enum(name="FieldType", description="Type of a field (decides its column).")
-class FieldTypeEnum(enum.Enum):
-    UUID = "UUID"
-    TEXT = "TEXT"
-    NUMBER = "NUMBER"
-    BOOLEAN = "BOOLEAN"
-    DATE = "DATE"
-    DATE_TIME = "DATE_TIME"
-    CURRENCY = "CURRENCY"
-    SELECT = "SELECT"
-    MULTI_SELECT = "MULTI_SELECT"
-    EMAIL = "EMAIL"
-    PHONE = "PHONE"
-    LINK = "LINK"
-    RAW_JSON = "RAW_JSON"
-    RELATION = "RELATION"
-
-
-@strawberry.enum(name="RelationKind")
-class RelationKindEnum(enum.Enum):
-    MANY_TO_ONE = "MANY_TO_ONE"
-    ONE_TO_MANY = "ONE_TO_MANY"
+# The data model's own enums, exposed under their GraphQL names (one definition of each).
+strawberry.enum(FieldType, name="FieldType", description="Type of a field (decides its column).")
+strawberry.enum(RelationKind, name="RelationKind")
 
 
 @strawberry.enum(name="OnDelete", description="What deleting the target does to the source.")
@@ -67,7 +48,7 @@ class SelectOption:
 
 @strawberry.type(name="RelationSettings")
 class RelationSettings:
-    kind: RelationKindEnum | None
+    kind: RelationKind | None
     targetObjectMetadataId: uuid.UUID | None  # noqa: N815
     targetObjectName: str | None  # noqa: N815
     inverseFieldName: str | None  # noqa: N815
@@ -79,7 +60,7 @@ class FieldMetadataType:
     id: uuid.UUID
     name: str
     label: str
-    type: FieldTypeEnum
+    type: FieldType
     description: str | None
     icon: str | None
     isNullable: bool  # noqa: N815
@@ -209,7 +190,7 @@ class RelationSettingsInput:
 class CreateFieldInput:
     object_metadata_id: uuid.UUID
     name: str
-    type: FieldTypeEnum
+    type: FieldType
     label: str | None = UNSET
     description: str | None = UNSET
     icon: str | None = UNSET
