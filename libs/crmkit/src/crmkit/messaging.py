@@ -50,6 +50,11 @@ def metadata_subject(workspace_id: str) -> str:
     return f"{METADATA_SUBJECT_PREFIX}.{workspace_id}.changed"
 
 
+def schema_applied_subject(workspace_id: str) -> str:
+    """Records announces here each schema version it applied (the reconciler listens)."""
+    return f"{METADATA_SUBJECT_PREFIX}.{workspace_id}.applied"
+
+
 async def connect(url: str, name: str) -> NatsClient:
     """A connection that reconnects forever (the outbox waits while NATS is away)."""
 

@@ -353,12 +353,23 @@ class SchemaBuilder:
         )
         _fill(
             types.connection,
-            {"edges": list[types.edge], "pageInfo": PageInfo, "totalCount": int | None},  # type: ignore[name-defined]
+            {
+                "edges": list[types.edge],  # type: ignore[name-defined]
+                "pageInfo": PageInfo,
+                "totalCount": int | None,
+                "totalCountIsEstimate": bool | None,
+            },
             {
                 "edges": strawberry.field(),
                 "pageInfo": strawberry.field(name="pageInfo"),
                 "totalCount": strawberry.field(
-                    name="totalCount", description="Records matching the filter (all pages)."
+                    name="totalCount",
+                    description="Records matching the filter (all pages): exact up to the "
+                    "service's cap, an estimate beyond it unless `exactCount: true`.",
+                ),
+                "totalCountIsEstimate": strawberry.field(
+                    name="totalCountIsEstimate",
+                    description="True when totalCount is an estimate (more matches than the cap).",
                 ),
             },
         )
@@ -487,6 +498,7 @@ class SchemaBuilder:
                 ("after", str | None, UNSET),
                 ("last", int | None, UNSET),
                 ("before", str | None, UNSET),
+                ("exactCount", bool | None, UNSET),
             ),
             types.connection,
             f"{obj.label_plural or plural}: a page of records.",

@@ -76,6 +76,7 @@ class RecordOperations:
         after: str | None = UNSET,
         last: int | None = UNSET,
         before: str | None = UNSET,
+        exactCount: bool | None = UNSET,  # noqa: N803
     ) -> Record:
         context = _context(info)
         first_value, limit_value, last_value = _given(first), _given(limit), _given(last)
@@ -98,7 +99,10 @@ class RecordOperations:
             last=size_last,
             before=_given(before) or "",
             depth=self._depth(node_fields),
-            with_total_count="totalCount" in selected_names(info.selected_fields),
+            with_total_count=bool(
+                {"totalCount", "totalCountIsEstimate"} & selected_names(info.selected_fields)
+            ),
+            exact_total_count=bool(_given(exactCount)),
             page_cursors_only="cursor" not in selected_names(info.selected_fields, "edges"),
         )
         response = await self._call(info, "ListRecords", request)
@@ -107,7 +111,9 @@ class RecordOperations:
             response.cursors,
             page_info_json(response.page_info),
         )
-        result["totalCount"] = response.total_count if request.with_total_count else None
+        counted = request.with_total_count
+        result["totalCount"] = response.total_count if counted else None
+        result["totalCountIsEstimate"] = response.total_count_is_estimate if counted else None
         return result
 
     async def get(self, info: strawberry.Info, id: Any) -> Record:
