@@ -207,7 +207,11 @@ class OutboxRelay:
 
     async def _ensure_stream(self) -> None:
         try:
-            await ensure_record_stream(self._js)
+            await ensure_record_stream(
+                self._js,
+                max_age=float(self._settings.RECORD_STREAM_MAX_AGE),
+                max_bytes=self._settings.RECORD_STREAM_MAX_BYTES,
+            )
         except Exception as exc:  # NATS away or not ready: the round retries
             raise PublishFailed(f"stream: {type(exc).__name__}: {exc}") from None
         self._stream_ready = True
