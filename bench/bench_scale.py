@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import secrets
 import shutil
 import sys
@@ -73,7 +74,7 @@ class Bench:
         self.workspaces = 0
         self.rows = 0
         self.person_object = ""
-        self.published_rates: list[float] = []
+        self.last_drain_seconds = 0.0
 
     # -- calls ----------------------------------------------------------------------------------
     async def call(self, method: str, path: str, body: Any = None, status: int = 200) -> Any:
@@ -126,26 +127,26 @@ class Bench:
             f"  {total} workspaces ({missing} signed up in {time.perf_counter() - started:.0f} s)"
         )
 
-    async def grow_rows(self, total: int) -> None:
-        published = published_total(self.stack)
-        started = time.perf_counter()
-        queue = list(range(self.rows, total, BATCH))
+    async def write_people(self, first: int, end: int) -> None:
+        queue = list(range(first, end, BATCH))
 
         async def writer() -> None:
             while queue:
                 start = queue.pop(0)
-                rows = [person(i) for i in range(start, min(start + BATCH, total))]
+                rows = [person(i) for i in range(start, min(start + BATCH, end))]
                 await self.call("POST", "/rest/batch/people", rows, status=201)
 
         await asyncio.gather(*(writer() for _ in range(WRITERS)))
+
+    async def grow_rows(self, total: int) -> None:
+        started = time.perf_counter()
+        await self.write_people(self.rows, total)
         loaded = time.perf_counter()
-        print(f"  {total} people ({total - self.rows} written in {loaded - started:.0f} s)")
+        rate = (total - self.rows) / max(loaded - started, 1e-6)
+        print(f"  {total:,} people ({total - self.rows:,} written at {rate:,.0f} rows/s)")
         self.rows = total
         await wait_outbox_drained(self.stack)
-        drained = time.perf_counter()
-        events = published_total(self.stack) - published
-        self.published_rates.append(events / max(drained - started, 1e-6))
-        self.last_drain_seconds = drained - loaded
+        self.last_drain_seconds = time.perf_counter() - loaded
         await analyze(self.stack, self.workspace_id)
 
     # -- measurements ---------------------------------------------------------------------------
@@ -163,7 +164,7 @@ class Bench:
                 if cursor:
                     path += f"&after={cursor}"
                 f[f"cursor:{order}:{position}"] = await self.timed(
-                    lambda p=path: self.call("GET", p)
+                    functools.partial(self.call, "GET", path)
                 )
         probe = f"person{self.rows // 2}@"
         f["contains"] = await self.timed(
@@ -187,8 +188,33 @@ class Bench:
         )
         self.rows += 3 * BATCH
         await wait_outbox_drained(self.stack)
-        f["relayEventsPerSecond"] = round(self.published_rates[-1]) if self.published_rates else 0
-        f["drainSeconds"] = round(getattr(self, "last_drain_seconds", 0.0), 1)
+        f["drainSeconds"] = round(self.last_drain_seconds, 1)
+        f["relayEventsPerSecond"] = await self.relay_rate(
+            min(max(point.rows // 10, 10_000), 100_000)
+        )
+
+    async def relay_rate(self, count: int) -> float:
+        """Events/s the relay publishes from a backlog: `count` rows written while NATS is
+        stopped, then NATS started; timed from the first event published to the last."""
+        self.stack.stop_infra("nats")
+        try:
+            await self.write_people(self.rows, self.rows + count)
+            self.rows += count
+        finally:
+            self.stack.start_infra("nats")
+        start_count = published_total(self.stack)
+        deadline = time.monotonic() + 300
+        while (first := published_total(self.stack)) == start_count:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the relay published nothing after NATS came back")
+            await asyncio.sleep(0.1)
+        started = time.perf_counter()
+        while (last := published_total(self.stack)) < start_count + count:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the relay did not drain its backlog in 5 minutes")
+            await asyncio.sleep(0.05)
+        seconds = time.perf_counter() - started
+        return round((last - first) / max(seconds, 1e-6))
 
     async def create_field(self) -> None:
         name = "bench" + secrets.token_hex(4)
@@ -240,7 +266,7 @@ def processes(stack: Stack) -> dict[str, list[psutil.Process]]:
             if instance.process.pid:
                 found.setdefault(name, []).append(psutil.Process(instance.process.pid))
     assert stack.infra is not None
-    postgres = stack.infra.servers["postgres"].pid
+    postgres = stack.infra.servers["postgres"].process.pid
     if postgres:
         root = psutil.Process(postgres)
         found["postgres"] = [root, *root.children(recursive=True)]
@@ -320,7 +346,7 @@ def rows() -> list[Row]:
         Row("list", "list, first 50 (ms)", None, "-"),
         Row("listTotalCount", "list with totalCount (ms)", None, "<= 2x the list"),
         Row("batch1000", "batch insert of 1,000 rows (ms)", 1.3, "<= 1.3x"),
-        Row("relayEventsPerSecond", "relay events/s during the load", None, ">= 10,000/s"),
+        Row("relayEventsPerSecond", "relay events/s from a backlog", None, ">= 10,000/s"),
         Row("drainSeconds", "backlog drain after the load (s)", None, "<= 120 s"),
     ]
     return table
