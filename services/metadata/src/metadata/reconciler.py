@@ -59,10 +59,14 @@ class Reconciler:
             except Exception:  # a malformed announcement must not stop the listener
                 log.warning("ignored malformed schema announcement")
                 return
-            if applied.workspace_id:
-                self._announced.add(applied.workspace_id)
+            self.note_applied(applied.workspace_id)
 
         await nats.subscribe(f"{METADATA_SUBJECT_PREFIX}.*.applied", cb=on_applied)
+
+    def note_applied(self, workspace_id: str) -> None:
+        """Records applied a schema to this workspace: check it at the next tick."""
+        if workspace_id:
+            self._announced.add(workspace_id)
 
     async def _applied(self, workspace_id: str) -> int:
         response = await self._records.GetSchemaVersion(
