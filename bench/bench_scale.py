@@ -123,9 +123,8 @@ class Bench:
         started = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(SIGNUP_CONCURRENCY)))
         self.workspaces = total
-        print(
-            f"  {total} workspaces ({missing} signed up in {time.perf_counter() - started:.0f} s)"
-        )
+        seconds = time.perf_counter() - started
+        print(f"  {total} workspaces ({missing} signed up in {seconds:.0f} s)", flush=True)
 
     async def write_people(self, first: int, end: int) -> None:
         queue = list(range(first, end, BATCH))
@@ -143,7 +142,9 @@ class Bench:
         await self.write_people(self.rows, total)
         loaded = time.perf_counter()
         rate = (total - self.rows) / max(loaded - started, 1e-6)
-        print(f"  {total:,} people ({total - self.rows:,} written at {rate:,.0f} rows/s)")
+        print(
+            f"  {total:,} people ({total - self.rows:,} written at {rate:,.0f} rows/s)", flush=True
+        )
         self.rows = total
         await wait_outbox_drained(self.stack)
         self.last_drain_seconds = time.perf_counter() - loaded
@@ -405,12 +406,15 @@ async def run(stack: Stack, workspaces: int, total_rows: int) -> str:
             if edge["node"]["nameSingular"] == "person"
         )
         small = Point(10, 10_000)
-        print(f"growing to the small point: {small.workspaces} workspaces, {small.rows:,} rows")
+        print(
+            f"growing to the small point: {small.workspaces} workspaces, {small.rows:,} rows",
+            flush=True,
+        )
         await bench.grow_workspaces(small.workspaces)
         await bench.grow_rows(small.rows)
         await bench.measure(small)
         big = Point(workspaces, total_rows)
-        print(f"growing to {workspaces} workspaces and {total_rows:,} rows")
+        print(f"growing to {workspaces} workspaces and {total_rows:,} rows", flush=True)
         await bench.grow_workspaces(workspaces)
         await bench.grow_rows(total_rows)
         big.rows = bench.rows
@@ -442,7 +446,7 @@ def main() -> None:
     finally:
         stack.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
-    print(table)
+    print(table, flush=True)
 
 
 if __name__ == "__main__":
