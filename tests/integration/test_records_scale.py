@@ -198,3 +198,21 @@ def test_exact_count_on_request_and_below_the_cap(large: Api) -> None:
     assert exact == {"totalCount": LARGE, "totalCountIsEstimate": False}
     few = large.data(COUNT, {"filter": {"employees": {"eq": 7}}})["companies"]
     assert few == {"totalCount": 40, "totalCountIsEstimate": False}
+
+
+AGGREGATE = """query($exact: Boolean) {
+  companiesAggregate(exactCount: $exact) { count countIsEstimate }
+}"""
+
+
+def test_an_aggregate_count_alone_is_capped_like_total_count(large: Api) -> None:
+    counted = large.data(AGGREGATE)["companiesAggregate"]
+    assert counted["countIsEstimate"] is True
+    assert counted["count"] > COUNT_CAP
+    exact = large.data(AGGREGATE, {"exact": True})["companiesAggregate"]
+    assert exact == {"count": LARGE, "countIsEstimate": False}
+    # With sums every matching row is read anyway: the count is exact.
+    query = "{ companiesAggregate { count countIsEstimate sum { employees } } }"
+    with_sums = large.data(query)["companiesAggregate"]
+    assert with_sums["count"] == LARGE
+    assert with_sums["countIsEstimate"] is False

@@ -249,7 +249,9 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
     ) -> records_pb2.AggregateRecordsResponse:
         ctx, obj, access = await self._context(context, request.ref, authz.READ)
         async with self._pool.acquire() as connection:
-            result = await aggregates.aggregate(connection, ctx, obj, access, request)
+            result = await aggregates.aggregate(
+                connection, ctx, obj, access, request, count_cap=self._count_cap
+            )
         return records_pb2.AggregateRecordsResponse(result_json=result)
 
     async def GroupRecords(  # noqa: N802

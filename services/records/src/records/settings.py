@@ -12,7 +12,8 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     DB_STATEMENT_CACHE_SIZE: int = Field(default=1024, ge=0)
     # Workspaces whose compiled data model is kept in memory.
     SCHEMA_CACHE_SIZE: int = Field(default=2000, ge=1)
-    # List totalCount is exact up to this many matches and an estimate (marked) beyond; 0: exact.
+    # totalCount (and a count asked alone) is exact up to this many matches, a marked estimate
+    # beyond; 0: always exact.
     RECORDS_COUNT_CAP: int = Field(default=10_000, ge=0)
     # Outbox rows the relay reads and publishes per round.
     OUTBOX_RELAY_BATCH_SIZE: int = Field(default=500, ge=1, le=4000)

@@ -457,8 +457,15 @@ class SchemaBuilder:
         _fill(types.update_input, *update)
 
     def _aggregate(self, types: ObjectTypes) -> None:
-        annotations: dict[str, Any] = {"count": int}
-        attributes: dict[str, Any] = {"count": strawberry.field(description="Records matching.")}
+        annotations: dict[str, Any] = {"count": int, "countIsEstimate": bool}
+        attributes: dict[str, Any] = {
+            "count": strawberry.field(description="Records matching."),
+            "countIsEstimate": strawberry.field(
+                name="countIsEstimate",
+                description="True when count is an estimate: only the count was selected and "
+                "more records matched than the service's cap (`exactCount: true` counts them).",
+            ),
+        }
         if types.aggregate_values is not None:
             values_annotations: dict[str, Any] = {}
             values_attributes: dict[str, Any] = {}
@@ -511,7 +518,7 @@ class SchemaBuilder:
             self.query,
             f"{obj.plural}Aggregate",
             ops.aggregate,
-            (filter_arg,),
+            (filter_arg, ("exactCount", bool | None, UNSET)),
             types.aggregate,
             f"Count, sum, avg, min and max over {obj.plural}.",
         )

@@ -127,11 +127,20 @@ class RecordOperations:
         record: Record = orjson.loads(response.record_json)
         return record
 
-    async def aggregate(self, info: strawberry.Info, filter: Any = UNSET) -> Record:
+    async def aggregate(
+        self,
+        info: strawberry.Info,
+        filter: Any = UNSET,
+        exactCount: bool | None = UNSET,  # noqa: N803
+    ) -> Record:
         context = _context(info)
         request = records_pb2.AggregateRecordsRequest(
             ref=self._ref(context), filter=parse_graphql_filter(filter, self.obj)
         )
+        if selected_names(info.selected_fields) <= {"count", "countIsEstimate", "__typename"}:
+            # Only the count: capped like a list's totalCount, no sums over every row.
+            request.aggregates.append(records_pb2.AggregateSpec(op=records_pb2.AGGREGATE_OP_COUNT))
+            request.exact_count = bool(_given(exactCount))
         response = await self._call(info, "AggregateRecords", request)
         return aggregate_result(orjson.loads(response.result_json))
 
@@ -212,10 +221,11 @@ class RecordOperations:
 
 def aggregate_result(raw: Any) -> Record:
     """{count, sum, avg, min, max} with composite values (currency) reduced to their number."""
-    result: Record = {"count": 0}
+    result: Record = {"count": 0, "countIsEstimate": False}
     if not isinstance(raw, dict):
         return result
     result["count"] = raw.get("count", 0)
+    result["countIsEstimate"] = bool(raw.get("countIsEstimate", False))
     for op in ("sum", "avg", "min", "max"):
         values = raw.get(op)
         if isinstance(values, dict):
