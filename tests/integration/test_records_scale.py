@@ -19,6 +19,7 @@ import pytest
 
 from crm.common.v1 import common_pb2
 from crmstack.stack import Stack
+from records import ddl
 from records.sql import workspace_schema_name
 from tests.integration.api_helpers import Api
 from tests.integration.records_client import Workspace, provision
@@ -216,3 +217,51 @@ def test_an_aggregate_count_alone_is_capped_like_total_count(large: Api) -> None
     with_sums = large.data(query)["companiesAggregate"]
     assert with_sums["count"] == LARGE
     assert with_sums["countIsEstimate"] is False
+
+
+async def catalog_by_schema_scan(connection: asyncpg.Connection, schema: str) -> ddl.Catalog:
+    """The catalog as read before: every relation of the schema found by namespace name."""
+    catalog = ddl.Catalog(exists=True)
+    for row in await connection.fetch(
+        "SELECT c.relname, coalesce(obj_description(c.oid, 'pg_class'), '') AS tag, a.attname, "
+        "format_type(a.atttypid, a.atttypmod) AS type, "
+        "coalesce(col_description(c.oid, a.attnum), '') AS column_tag FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_attribute a ON a.attrelid = c.oid "
+        "AND a.attnum > 0 AND NOT a.attisdropped WHERE n.nspname = $1 AND c.relkind = 'r'",
+        schema,
+    ):
+        table = catalog.tables.setdefault(row[0], ddl.CatalogTable(row[0], row[1]))
+        table.columns[row[2]] = ddl.CatalogColumn(row[2], row[3], row[4])
+    catalog.indexes = {
+        row[0]
+        for row in await connection.fetch(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = $1", schema
+        )
+    }
+    catalog.constraints = {
+        row[0]
+        for row in await connection.fetch(
+            "SELECT con.conname FROM pg_constraint con "
+            "JOIN pg_namespace n ON n.oid = con.connamespace WHERE n.nspname = $1",
+            schema,
+        )
+    }
+    return catalog
+
+
+def test_the_catalog_read_by_table_is_the_schema_scan(ws: Workspace, stack: Stack) -> None:
+    async def compare() -> None:
+        connection = await asyncpg.connect(stack.env["DATABASE_URL"])
+        try:
+            schema = workspace_schema_name(ws.id)
+            read = await ddl.read_catalog(connection, schema)
+            assert read == await catalog_by_schema_scan(connection, schema)
+            assert len(read.tables) >= 5
+            assert read.indexes
+            assert read.constraints
+            missing = await ddl.read_catalog(connection, "ws_" + "0" * 32)
+            assert missing == ddl.Catalog(exists=False)
+        finally:
+            await connection.close()
+
+    asyncio.run(compare())
