@@ -13,7 +13,7 @@ UV ?= uv
 IMAGE_TAG ?= dev
 
 .PHONY: install proto run stop test lint typecheck unit integration clean chromium \
-	requirements images kind-test chart-check images-check bench bench-smoke fuzz
+	requirements images kind-test chart-check images-check bench bench-smoke fuzz bench-scale
 
 install: $(STAMP)
 
@@ -80,6 +80,11 @@ test: lint typecheck unit chart-check images-check bench-smoke integration
 # workload beside its PostgreSQL floor; table and JSON in bench/results/. Minutes; never in `test`.
 bench: install proto
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Costs as the stack grows to 1,000 workspaces and 1,000,000 rows (issue #27's table, with
+# budgets); long, for a quiet machine; never in `test`. SCALE_ARGS="--workspaces 50 --rows 50000".
+bench-scale: install proto
+	$(PY) bench/bench_scale.py $(SCALE_ARGS)
 
 # The same code in seconds (tiny data set, few iterations, budgets not judged): part of `test`,
 # so the benchmarks cannot rot.

@@ -215,6 +215,12 @@ def test_webhooks_refuse_private_targets_by_default() -> None:
     assert env["WEBHOOK_ALLOW_PRIVATE_TARGETS"]["value"] == "false"
 
 
+def test_records_bound_the_event_stream() -> None:
+    env = env_of(container(render({}).get("Deployment", "crm-records")["spec"]["template"]["spec"]))
+    assert env["RECORD_STREAM_MAX_AGE"]["value"] == "7d"
+    assert int(env["RECORD_STREAM_MAX_BYTES"]["value"]) > 0
+
+
 def test_the_gateway_gets_the_rate_limit_settings() -> None:
     spec = render({}).get("Deployment", "crm-gateway")["spec"]["template"]["spec"]
     env = env_of(container(spec))

@@ -44,8 +44,10 @@ TEST_ENV: dict[str, str] = {
     "WORKFLOW_CONSUMER_ACK_WAIT": "10",
     "WORKFLOW_MIN_SCHEDULE_INTERVAL": "1",
     "LOG_LEVEL": "INFO",
-    # The metadata reconciler's full pass; short so drift repair is seen within a test.
+    # The metadata reconciler's tick; short so drift repair is seen within a test.
     "METADATA_RECONCILE_INTERVAL": "2",
+    # Workspaces the reconciler's repair sweep checks per tick (fewer than the suite creates).
+    "METADATA_RECONCILE_BATCH": "3",
     # Requests from the suite may name a client IP in X-Forwarded-For (brute-force limits per IP).
     "TRUSTED_PROXIES": "127.0.0.1/32",
     "SMTP_URL": f"smtp://127.0.0.1:{SMTP_TEST_PORT}",

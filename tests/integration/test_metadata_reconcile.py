@@ -12,11 +12,14 @@ import uuid
 
 import asyncpg
 import grpc
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from crm.metadata.v1 import metadata_pb2 as md
 from crm.records.v1 import records_pb2 as rp
 from crmstack.stack import Stack
+from tests.integration.conftest import TEST_ENV
 from tests.integration.records_client import Workspace, error_of, provision
 
 
@@ -123,3 +126,33 @@ def test_migrate_is_idempotent_by_change_id_and_refuses_older_versions(ws: Works
             rp.MigrateSchemaRequest(change_id=str(uuid.uuid4()), schema=schema), metadata=ws.call
         )
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def schema_version_calls(stack: Stack) -> float:
+    """GetSchemaVersion calls records has answered (the reconciler's per-workspace check)."""
+    port = stack.instances["records"][0].metrics_port
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "grpc_server_handled"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels.get("grpc_method") == "GetSchemaVersion"
+    )
+
+
+def test_idle_reconciler_checks_a_bounded_number_of_workspaces(stack: Stack | None) -> None:
+    if stack is None:
+        pytest.skip("reads the records process's metrics: needs the local launcher")
+    batch = int(TEST_ENV["METADATA_RECONCILE_BATCH"])
+    interval = float(TEST_ENV["METADATA_RECONCILE_INTERVAL"])
+    for _ in range(4 * batch):  # many more workspaces than one tick checks
+        provision(stack)
+    time.sleep(3 * interval)  # the announcements of the provisioning are handled
+    window = 5 * interval
+    start = schema_version_calls(stack)
+    time.sleep(window)
+    checked = schema_version_calls(stack) - start
+    ticks = window / interval + 1
+    # A full pass per tick would check every workspace (more than 4 * batch) each time.
+    assert 0 < checked <= batch * ticks, checked

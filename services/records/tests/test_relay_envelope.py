@@ -66,6 +66,19 @@ def test_message_carries_subject_id_trace_and_envelope() -> None:
     assert not event.record_omitted
 
 
+def test_previous_record_is_rebuilt_from_the_values_the_change_replaced() -> None:
+    stored = row(
+        record='{"id": "r1", "city": "B", "name": "Ada", "updatedAt": "2"}',
+        previous_record='{"city": "A", "updatedAt": "1"}',
+    )
+    event = decode(message_of(stored, 10**6))
+    previous = orjson.loads(event.previous_record_json)
+    assert previous == {"id": "r1", "city": "A", "name": "Ada", "updatedAt": "1"}
+    assert list(previous) == ["id", "city", "name", "updatedAt"]  # the record's key order
+    unchanged = decode(message_of(row(previous_record="{}"), 10**6))
+    assert orjson.loads(unchanged.previous_record_json) == {"id": "r1", "city": "B"}
+
+
 def test_created_has_no_previous_record_and_bad_trace_context_is_ignored() -> None:
     created = row(action="created", previous_record=None, trace_context="[]")
     event = decode(message_of(created, 10**6))

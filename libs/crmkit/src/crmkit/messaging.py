@@ -50,6 +50,11 @@ def metadata_subject(workspace_id: str) -> str:
     return f"{METADATA_SUBJECT_PREFIX}.{workspace_id}.changed"
 
 
+def schema_applied_subject(workspace_id: str) -> str:
+    """Records announces here each schema version it applied (the reconciler listens)."""
+    return f"{METADATA_SUBJECT_PREFIX}.{workspace_id}.applied"
+
+
 async def connect(url: str, name: str) -> NatsClient:
     """A connection that reconnects forever (the outbox waits while NATS is away)."""
 
@@ -79,22 +84,37 @@ async def connect(url: str, name: str) -> NatsClient:
     )
 
 
-async def ensure_record_stream(js: JetStreamContext) -> None:
-    """Create (or keep) the stream of record events; file storage, so events survive restarts."""
+async def ensure_record_stream(
+    js: JetStreamContext, *, max_age: float | None = None, max_bytes: int | None = None
+) -> None:
+    """Create (or keep) the stream of record events; file storage, so events survive restarts.
+
+    The producer (the records relay) passes its configured limits and brings an existing stream
+    to them; other callers only make sure the stream exists (7 days, no byte limit).
+    """
     config = StreamConfig(
         name=RECORD_EVENTS_STREAM,
         subjects=RECORD_EVENTS_SUBJECTS,
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
-        max_age=7 * 24 * 3600,
+        max_age=7 * 24 * 3600 if max_age is None else max_age,
+        max_bytes=max_bytes or -1,
         duplicate_window=120,
     )
     try:
-        await js.stream_info(RECORD_EVENTS_STREAM)
+        info = await js.stream_info(RECORD_EVENTS_STREAM)
     except NotFoundError:
         await js.add_stream(config)
         log.info("created stream", extra={"stream": RECORD_EVENTS_STREAM})
+        return
+    if max_age is None and max_bytes is None:
+        return
+    current = info.config
+    if (current.max_age, current.max_bytes) != (config.max_age, config.max_bytes):
+        current.max_age, current.max_bytes = config.max_age, config.max_bytes
+        await js.update_stream(current)
+        log.info("updated stream limits", extra={"stream": RECORD_EVENTS_STREAM})
 
 
 _IDLE_FETCH_SECONDS = 5.0

@@ -44,7 +44,14 @@ async def serve(settings: MetadataSettings) -> None:
         metrics,
         migrate_timeout=settings.METADATA_MIGRATE_TIMEOUT,
     )
-    reconciler = Reconciler(pool, records, changes, settings.METADATA_RECONCILE_INTERVAL)
+    reconciler = Reconciler(
+        pool,
+        records,
+        changes,
+        settings.METADATA_RECONCILE_INTERVAL,
+        settings.METADATA_RECONCILE_BATCH,
+    )
+    await reconciler.listen(nats)
 
     async def close_channel() -> None:
         await channel.close()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2 as md
 from crm.records.v1 import records_pb2
 from crmkit.authz import Access
 from crmkit.errors import InvalidArgument
-from records import ordering, values
+from records import counts, ordering, values
 from records.context import RequestContext
 from records.model import (
     NUMERIC_TYPES,
@@ -71,13 +73,25 @@ async def aggregate(
     obj: ObjectModel,
     access: Access,
     request: records_pb2.AggregateRecordsRequest,
+    count_cap: int = 0,
 ) -> bytes:
     params = Params()
     node = request.filter if request.HasField("filter") else None
     where = where_clause(ctx, obj, "t", access, params, node=node)
+    specs = list(request.aggregates)
+    if len(specs) == 1 and specs[0].op == records_pb2.AGGREGATE_OP_COUNT and not specs[0].field:
+        # A count alone: exact up to the cap, a marked estimate beyond it (records.counts).
+        total, estimate = await counts.count_matches(
+            connection,
+            obj.table,
+            joined(where),
+            list(params.values),
+            cap=count_cap,
+            exact=request.exact_count,
+        )
+        return orjson.dumps({"count": total, "countIsEstimate": estimate})
     sections: dict[str, list[tuple[str, str]]] = {}
     pairs: list[tuple[str, str]] = []
-    specs = list(request.aggregates)
     if not specs:
         pairs.append(("count", "count(*)"))
         for op in ("sum", "avg", "min", "max"):

@@ -38,7 +38,14 @@ async def serve(settings: RecordsSettings) -> None:
     metrics = RecordsMetrics.create(registry)
     cache = SchemaCache(pool, metrics, capacity=settings.SCHEMA_CACHE_SIZE)
     await cache.listen(nats)
-    servicer = RecordsServicer(pool, cache, PrincipalCodec(settings.APP_SECRET), metrics)
+    servicer = RecordsServicer(
+        pool,
+        cache,
+        PrincipalCodec(settings.APP_SECRET),
+        metrics,
+        nats,
+        count_cap=settings.RECORDS_COUNT_CAP,
+    )
     relay = OutboxRelay(settings, nats, metrics)
     runtime = ServiceRuntime(
         bindings=[

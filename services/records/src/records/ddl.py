@@ -66,23 +66,36 @@ class Catalog:
 
 
 async def read_catalog(connection: Any, schema: str) -> Catalog:
-    exists = await connection.fetchval(
-        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema
-    )
-    catalog = Catalog(exists=bool(exists))
-    if not catalog.exists:
+    """The schema's tables, columns, indexes and constraints, read through indexed catalog paths.
+
+    Relations are found from the namespace's dependents (`pg_depend` by referenced object), then
+    read by oid (`pg_attribute` by `attrelid`, `pg_index` by `indrelid`, `pg_constraint` by
+    `conrelid`): the cost follows this workspace's size, not the number of tenants.
+    """
+    namespace = await connection.fetchval("SELECT oid FROM pg_namespace WHERE nspname = $1", schema)
+    catalog = Catalog(exists=namespace is not None)
+    if namespace is None:
         return catalog
+    relations = [
+        row[0]
+        for row in await connection.fetch(
+            "SELECT objid FROM pg_depend WHERE refclassid = 'pg_namespace'::regclass "
+            "AND refobjid = $1 AND classid = 'pg_class'::regclass AND objsubid = 0",
+            namespace,
+        )
+    ]
     rows = await connection.fetch(
         """
         SELECT c.relname AS table_name, coalesce(obj_description(c.oid, 'pg_class'), '') AS tag,
                a.attname AS column_name, format_type(a.atttypid, a.atttypmod) AS column_type,
                coalesce(col_description(c.oid, a.attnum), '') AS column_tag
-        FROM pg_class c
-        JOIN pg_namespace n ON n.oid = c.relnamespace
+        FROM unnest($1::oid[]) AS r(oid)
+        JOIN pg_class c ON c.oid = r.oid
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-        WHERE n.nspname = $1 AND c.relkind = 'r'
+        WHERE c.relkind = 'r' AND c.relnamespace = $2
         """,
-        schema,
+        relations,
+        namespace,
     )
     for row in rows:
         table = catalog.tables.setdefault(
@@ -92,17 +105,20 @@ async def read_catalog(connection: Any, schema: str) -> Catalog:
             row["column_name"], row["column_type"], row["column_tag"]
         )
     catalog.indexes = {
-        row["indexname"]
+        row[0]
         for row in await connection.fetch(
-            "SELECT indexname FROM pg_indexes WHERE schemaname = $1", schema
+            "SELECT ic.relname FROM unnest($1::oid[]) AS r(oid) "
+            "JOIN pg_index i ON i.indrelid = r.oid JOIN pg_class ic ON ic.oid = i.indexrelid",
+            relations,
         )
     }
     catalog.constraints = {
-        row["conname"]
+        row[0]
         for row in await connection.fetch(
-            "SELECT con.conname FROM pg_constraint con "
-            "JOIN pg_namespace n ON n.oid = con.connamespace WHERE n.nspname = $1",
-            schema,
+            "SELECT con.conname FROM unnest($1::oid[]) AS r(oid) "
+            "JOIN pg_constraint con ON con.conrelid = r.oid WHERE con.connamespace = $2",
+            relations,
+            namespace,
         )
     }
     return catalog

@@ -92,7 +92,7 @@ def record_event(row: OutboxRow) -> events_pb2.RecordEvent:
         cause=_CAUSES.get(row.cause, events_pb2.CHANGE_CAUSE_UNSPECIFIED),
         record_id=row.record_id,
         record_json=row.record.encode(),
-        previous_record_json=(row.previous_record or "").encode(),
+        previous_record_json=previous_record_json(row),
         actor=events_pb2.Actor(
             kind=_ACTOR_KINDS.get(row.actor_kind, common_pb2.PRINCIPAL_KIND_UNSPECIFIED),
             user_id=row.actor_user_id,
@@ -106,6 +106,16 @@ def record_event(row: OutboxRow) -> events_pb2.RecordEvent:
     for key, value in _trace_context(row.trace_context).items():
         event.trace_context[key] = value
     return event
+
+
+def previous_record_json(row: OutboxRow) -> bytes:
+    """The whole record before the change: the record overlaid with the values the change
+    replaced (the outbox stores only those; a row holding a whole previous record gives the same).
+    """
+    if row.previous_record is None:
+        return b""
+    replaced = orjson.loads(row.previous_record)
+    return orjson.dumps({**orjson.loads(row.record), **replaced})
 
 
 def message_of(row: OutboxRow, max_payload: int) -> Message:

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from nats.aio.client import Client as NatsClient
 
+from crm.events.v1 import events_pb2
 from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.errors import FailedPrecondition, InvalidArgument
+from crmkit.messaging import schema_applied_subject
 from records import ddl
 from records.model import WorkspaceModel
 from records.sql import workspace_schema_name
@@ -166,3 +169,12 @@ async def _replan(connection: Any, workspace_id: str) -> bool:
     if statements:
         log.info("schema re-planned", extra={"workspace_id": workspace_id, "ddl": len(statements)})
     return bool(statements)
+
+
+async def announce_applied(nats: NatsClient, workspace_id: str, version: int) -> None:
+    """Tell metadata's reconciler which workspace changed, so it checks that one, not all."""
+    payload = events_pb2.MetadataChanged(workspace_id=workspace_id, version=version)
+    try:
+        await nats.publish(schema_applied_subject(workspace_id), payload.SerializeToString())
+    except Exception:  # best effort: the reconciler's bounded sweep finds what this misses
+        log.warning("could not announce the applied schema version", exc_info=True)

@@ -155,40 +155,62 @@ def _cursor_value(key: SortKey, value: Any) -> Any:
 
 
 def keyset_predicate(order: Order, alias: str, cursor_values: list[Any], params: Params) -> str:
-    """Rows strictly after the cursor in `order` (nulls count as the largest values)."""
+    """Rows strictly after the cursor in `order`, as one predicate (see keyset_branches)."""
+    branches = keyset_branches(order, alias, cursor_values, params)
+    return "(" + (" OR ".join(f"({b})" for b in branches) or "FALSE") + ")"
+
+
+def keyset_branches(
+    order: Order, alias: str, cursor_values: list[Any], params: Params
+) -> list[str]:
+    """Rows strictly after the cursor in `order` (nulls count as the largest values).
+
+    Disjoint predicates, each of which an index on the sort keys (`(key, id)`) can start a
+    range scan from: an equality prefix (`=` or `IS NULL`) and then one bound, a row comparison
+    where the rest of the keys allow it. A page query runs one ordered, limited scan per branch
+    and merges them; an OR of them would not start an index scan and reads like OFFSET.
+    """
     placeholders = [
         None if v is None else params.add(v, CASTS[k.kind])
         for k, v in zip(order.keys, cursor_values, strict=True)
     ]
     columns = [f"{alias}.{quote(k.column)}" for k in order.keys]
-    uniform = len({k.descending for k in order.keys}) == 1
-    if (
-        uniform
-        and all(p is not None for p in placeholders)
-        and not any(k.nullable for k in order.keys)
-    ):
-        # Row comparison: one index range scan on (key, id).
-        op = "<" if order.keys[0].descending else ">"
-        return f"(({', '.join(columns)}) {op} ({', '.join(p for p in placeholders if p)}))"
-    alternatives = []
+    branches: list[str] = []
+    prefix: list[str] = []
     for i, key in enumerate(order.keys):
-        equal_prefix = [_equal(columns[j], placeholders[j]) for j in range(i)]
+        rest = order.keys[i:]
+        if (
+            placeholders[i] is not None
+            and all(k.descending == key.descending for k in rest)
+            and all(
+                not k.nullable and p is not None
+                for k, p in zip(rest[1:], placeholders[i + 1 :], strict=True)
+            )
+        ):
+            # Strictly after on this key, or equal and after on the rest: one row comparison.
+            op = "<" if key.descending else ">"
+            bounds = ", ".join(p for p in placeholders[i:] if p)
+            row = f"(({', '.join(columns[i:])}) {op} ({bounds}))"
+            if len(rest) == 1:
+                row = f"{columns[i]} {op} {placeholders[i]}"
+            branches.append(" AND ".join([*prefix, row]))
+            if key.nullable and not key.descending:  # nulls come after every value
+                branches.append(" AND ".join([*prefix, f"{columns[i]} IS NULL"]))
+            return branches
         after = _after(columns[i], placeholders[i], key.descending, key.nullable)
-        if after == "FALSE":
-            continue
-        alternatives.append("(" + " AND ".join([*equal_prefix, after]) + ")")
-    return "(" + (" OR ".join(alternatives) or "FALSE") + ")"
+        branches += [" AND ".join([*prefix, part]) for part in after]
+        prefix.append(_equal(columns[i], placeholders[i]))
+    return branches
 
 
 def _equal(column: str, placeholder: str | None) -> str:
     return f"{column} IS NULL" if placeholder is None else f"{column} = {placeholder}"
 
 
-def _after(column: str, placeholder: str | None, descending: bool, nullable: bool) -> str:
+def _after(column: str, placeholder: str | None, descending: bool, nullable: bool) -> list[str]:
+    """Disjoint predicates for values strictly after the cursor's on one key."""
     if placeholder is None:  # null is the largest value
-        return f"{column} IS NOT NULL" if descending else "FALSE"
-    if descending:
-        return f"{column} < {placeholder}"
-    if not nullable:
-        return f"{column} > {placeholder}"
-    return f"({column} > {placeholder} OR {column} IS NULL)"
+        return [f"{column} IS NOT NULL"] if descending else []
+    if descending or not nullable:
+        return [f"{column} {'<' if descending else '>'} {placeholder}"]
+    return [f"{column} > {placeholder}", f"{column} IS NULL"]

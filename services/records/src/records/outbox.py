@@ -26,6 +26,16 @@ _KINDS = {
 }
 
 
+# The outbox keeps the record once: `previous_record` holds only the keys whose value the change
+# altered (`{}` when none did; NULL for created), and the relay rebuilds the whole previous record
+# as the record overlaid with them (`envelope.previous_record_json`).
+_PREVIOUS = (
+    "CASE WHEN s.before IS NULL THEN NULL ELSE coalesce((SELECT json_object_agg(b.key, b.value) "
+    "FROM json_each(s.before::json) b "
+    "WHERE b.value::jsonb IS DISTINCT FROM (s.after::jsonb -> b.key)), '{}'::json) END"
+)
+
+
 def actor_kind(principal: common_pb2.Principal) -> str:
     return _KINDS.get(principal.kind, "unspecified")
 
@@ -52,7 +62,7 @@ def outbox_cte(
         "actor_kind, actor_user_id, actor_credential_id, actor_workflow_id, trace_context) "
         f"SELECT gen_random_uuid(), {params.add(principal.workspace_id, 'uuid')}, "
         f"{literal(obj.name_singular)}, {literal(obj.id)}::uuid, s.id, {literal(action)}, "
-        f"{literal(cause)}, s.after, s.before, {changed}, "
+        f"{literal(cause)}, s.after, {_PREVIOUS}, {changed}, "
         f"{params.add(actor_kind(principal), 'text')}, "
         f"{params.add(principal.user_id, 'text')}, {params.add(principal.credential_id, 'text')}, "
         f"{params.add(principal.workflow_id, 'text')}, {params.add(trace, 'text')}::jsonb "

@@ -9,7 +9,7 @@ from crm.common.v1 import common_pb2
 from crm.records.v1 import records_pb2
 from crmkit.authz import Access
 from crmkit.errors import InvalidArgument, NotFound
-from records import ordering, values
+from records import counts, ordering, values
 from records.context import RequestContext
 from records.model import ObjectModel, build_json_object, value_expression
 from records.predicates import PredicateCompiler, owner_predicate, references_field
@@ -199,6 +199,7 @@ class Page:
     cursors: list[str]
     page_info: common_pb2.PageInfo
     total_count: int
+    total_count_is_estimate: bool = False
 
 
 async def list_records(
@@ -207,6 +208,7 @@ async def list_records(
     obj: ObjectModel,
     access: Access,
     request: records_pb2.ListRecordsRequest,
+    count_cap: int = 0,
 ) -> Page:
     if request.after and request.before:
         raise InvalidArgument("use either after or before, not both", field="before")
@@ -224,18 +226,26 @@ async def list_records(
     filter_params = list(params.values)
     filter_sql = joined(where)
     cursor_text = request.before if backward else request.after
+    branches = [""]
     if cursor_text:
         cursor_field = "before" if backward else "after"
         cursor_values = ordering.decode_cursor(order, cursor_text, cursor_field)
-        where.append(ordering.keyset_predicate(query_order, "t", cursor_values, params))
+        branches = ordering.keyset_branches(query_order, "t", cursor_values, params) or ["FALSE"]
     expression = record_expression(ctx, obj, "t", names, depth, params)
     key_columns = ", ".join(f"t.{quote(key.column)}" for key in order.keys)
     # Limit first, then render JSON for the page only (a sort must not build JSON for every row).
     # The page size is a literal: a generic plan with an unknown LIMIT may choose to sort it all.
+    # One ordered, limited scan per keyset branch, merged (an OR would not start an index scan).
+    limit = f"ORDER BY {query_order.sql('t')} LIMIT {int(size) + 1}"
+    scans = [
+        f"SELECT t.* FROM {obj.table} t WHERE {joined([*where, *([b] if b else [])])} {limit}"
+        for b in branches
+    ]
+    page = scans[0]
+    if len(scans) > 1:
+        page = "SELECT t.* FROM (" + " UNION ALL ".join(f"({s})" for s in scans) + f") t {limit}"
     sql = (
-        f"SELECT ({expression})::text, {key_columns} FROM "
-        f"(SELECT t.* FROM {obj.table} t WHERE {joined(where)} "
-        f"ORDER BY {query_order.sql('t')} LIMIT {int(size) + 1}) t "
+        f"SELECT ({expression})::text, {key_columns} FROM ({page}) t "
         f"ORDER BY {query_order.sql('t')}"
     )
     rows = list(await connection.fetch(sql, *params.values))
@@ -252,12 +262,17 @@ async def list_records(
         end_cursor=encoded[-1] if encoded else "",
     )
     cursors = [] if request.page_cursors_only else encoded
-    total = 0
+    total, estimate = 0, False
     if request.with_total_count:
-        total = await connection.fetchval(
-            f"SELECT count(*) FROM {obj.table} t WHERE {filter_sql}", *filter_params
+        total, estimate = await counts.count_matches(
+            connection,
+            obj.table,
+            filter_sql,
+            filter_params,
+            cap=count_cap,
+            exact=request.exact_total_count,
         )
-    return Page(json_array(row[0] for row in rows), cursors, info, int(total))
+    return Page(json_array(row[0] for row in rows), cursors, info, total, estimate)
 
 
 async def list_related(

@@ -26,9 +26,10 @@ import time
 from typing import Any
 
 import asyncpg
+import orjson
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
-from nats.js.errors import NoStreamResponseError
 from opentelemetry import trace
 
 from crmkit.db import DATABASE_UNAVAILABLE
@@ -55,6 +56,11 @@ _FETCH = (
     f"SELECT {OUTBOX_COLUMNS} FROM records.outbox WHERE published_at IS NULL "
     "ORDER BY sequence LIMIT $1"
 )
+# The next batch while the current one (`$2`) is being acknowledged.
+_FETCH_AHEAD = (
+    f"SELECT {OUTBOX_COLUMNS} FROM records.outbox WHERE published_at IS NULL "
+    "AND sequence <> ALL($2::bigint[]) ORDER BY sequence LIMIT $1"
+)
 _MARK = "UPDATE records.outbox SET published_at = now() WHERE sequence = ANY($1::bigint[])"
 _BACKLOG = (
     "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(occurred_at)), 0) "
@@ -71,6 +77,69 @@ class PublishFailed(Exception):
     """Some messages of a wave were not acknowledged."""
 
 
+class _Wave:
+    """The acknowledgements of one wave, gathered on the relay's reply subscription.
+
+    Each message is published with reply subject `<inbox>.<wave>x<index>`; JetStream answers
+    there with its PubAck (or an error). One subscription and a dict instead of a future and
+    a timer per message (nats-py's publish_async) lets one relay publish several times faster.
+    """
+
+    def __init__(self, number: int) -> None:
+        self.prefix = f"{number}x"
+        self.waiting: dict[str, tuple[Message, trace.Span]] = {}
+        self.acknowledged: list[int] = []
+        self.error = ""
+        self.stream_missing = False
+        self.sealed = False  # every message of the wave has been handed to the client
+        self.complete = asyncio.Event()
+
+    def answer(self, token: str, msg: Msg) -> None:
+        entry = self.waiting.pop(token, None)
+        if entry is None:
+            return
+        message, span = entry
+        problem = _ack_problem(msg)
+        if problem:
+            self.error = self.error or problem
+            self.stream_missing = self.stream_missing or problem.startswith("no stream")
+        else:
+            self.acknowledged.append(message.sequence)
+        _end_span(span, problem)
+        if self.sealed and not self.waiting:
+            self.complete.set()
+
+    def seal(self) -> None:
+        self.sealed = True
+        if not self.waiting:
+            self.complete.set()
+
+    def abandon(self, reason: str) -> None:
+        """The messages still waiting count as failed (a late answer is then ignored)."""
+        for _, span in self.waiting.values():
+            _end_span(span, reason)
+        if self.waiting:
+            self.error = self.error or reason
+        self.waiting.clear()
+
+
+def _ack_problem(msg: Msg) -> str:
+    """Why JetStream did not store the message ("" when it did, duplicates included)."""
+    if msg.headers and msg.headers.get("Status") == "503":
+        return "no stream answered (no responders)"
+    try:
+        answer = orjson.loads(msg.data)
+    except orjson.JSONDecodeError:
+        return "ack: unreadable answer"
+    if not isinstance(answer, dict):
+        return "ack: unreadable answer"
+    if "error" in answer:
+        error = answer["error"]
+        detail = error.get("description", error) if isinstance(error, dict) else error
+        return f"ack: {detail}"
+    return ""
+
+
 class OutboxRelay:
     def __init__(
         self, settings: RecordsSettings, nats: NatsClient, metrics: RecordsMetrics
@@ -83,6 +152,9 @@ class OutboxRelay:
         self._stream_ready = False
         self._next_prune = 0.0
         self._outage = OutageLog("database (outbox relay)", log)
+        self._inbox = ""
+        self._waves = 0
+        self._wave: _Wave | None = None
 
     async def run(self) -> None:
         """Forever: wait to become the active relay, then publish until the connection fails."""
@@ -120,12 +192,14 @@ class OutboxRelay:
     async def _lead(self, connection: Any) -> None:
         await connection.add_listener(NOTIFY_CHANNEL, self._on_notify)
         backoff = 0.0
+        ahead: list[Message] | None = None  # the next round, read while acks were awaited
         while not connection.is_closed():
             self._wake.clear()
             try:
-                published, more = await self._publish_round(connection)
+                published, more, ahead = await self._publish_round(connection, ahead)
                 backoff = 0.0
             except PublishFailed as exc:
+                ahead = None
                 backoff = min(max(backoff * 2, 0.1), _MAX_BACKOFF_SECONDS)
                 log.warning("outbox publish failed, retrying in %.1fs: %s", backoff, exc)
                 await asyncio.sleep(backoff)
@@ -140,77 +214,112 @@ class OutboxRelay:
     def _on_notify(self, *_: object) -> None:
         self._wake.set()
 
-    async def _publish_round(self, connection: Any) -> tuple[int, bool]:
-        """Publish one batch; returns (rows published, whether more rows may be waiting)."""
+    async def _on_ack(self, msg: Msg) -> None:
+        wave = self._wave
+        token = msg.subject.rsplit(".", 1)[-1]
+        if wave is not None and token.startswith(wave.prefix):
+            wave.answer(token, msg)
+
+    async def _publish_round(
+        self, connection: Any, ahead: list[Message] | None = None
+    ) -> tuple[int, bool, list[Message] | None]:
+        """Publish one batch (`ahead`, when the previous round read it); returns the rows
+        published, whether more rows may be waiting, and the next batch when it was read.
+
+        While JetStream acknowledges this batch, the next one is read and encoded (the
+        connection is idle then): the next round starts as soon as this one is marked. It is
+        published only after every message of this one is acknowledged, so per-record order
+        holds; after a failure it is dropped and read again.
+        """
         if not self._nats.is_connected:
             raise PublishFailed("NATS is not connected")
         batch = self._settings.OUTBOX_RELAY_BATCH_SIZE
-        rows = await connection.fetch(_FETCH, batch)
-        if not rows:
-            return 0, False
+        messages = ahead
+        if messages is None:
+            messages = self._messages(await connection.fetch(_FETCH, batch))
+        if not messages:
+            return 0, False, None
         if not self._stream_ready:
             await self._ensure_stream()
-        max_payload = self._nats.max_payload
-        messages = [message_of(OutboxRow.of(tuple(row)), max_payload) for row in rows]
+        if not self._inbox:  # the client subscribes again by itself after a reconnect
+            inbox = self._nats.new_inbox()
+            await self._nats.subscribe(f"{inbox}.*", cb=self._on_ack)
+            self._inbox = inbox
+        more = len(messages) == batch
+        reading = (
+            asyncio.create_task(self._read_ahead(connection, batch, messages)) if more else None
+        )
         acknowledged: list[int] = []
         failure: PublishFailed | None = None
-        for wave in waves(messages):
-            done, failed = await self._publish_wave(wave)
-            acknowledged.extend(done)
-            if failed:
-                failure = PublishFailed(failed)
-                break
+        try:
+            for wave in waves(messages):
+                done, failed = await self._publish_wave(wave)
+                acknowledged.extend(done)
+                if failed:
+                    failure = PublishFailed(failed)
+                    break
+        finally:
+            following = await reading if reading is not None else None
         if acknowledged:
             await connection.execute(_MARK, acknowledged)
         if failure is not None:
             if acknowledged:
                 self._metrics.published.inc(len(acknowledged))
             raise failure
-        return len(acknowledged), len(rows) == batch
+        return len(acknowledged), more, following
+
+    def _messages(self, rows: list[Any]) -> list[Message]:
+        max_payload = self._nats.max_payload
+        return [message_of(OutboxRow.of(tuple(row)), max_payload) for row in rows]
+
+    async def _read_ahead(
+        self, connection: Any, batch: int, in_flight: list[Message]
+    ) -> list[Message]:
+        rows = await connection.fetch(_FETCH_AHEAD, batch, [m.sequence for m in in_flight])
+        return self._messages(rows)
 
     async def _publish_wave(self, wave: list[Message]) -> tuple[list[int], str]:
         """Sequences acknowledged, and why the others were not ("" when all were)."""
-        futures: list[tuple[Message, asyncio.Future[Any], trace.Span]] = []
-        error = ""
-        for message in wave:
-            span, headers = _publish_span(message)
-            try:
-                future = await self._js.publish_async(
-                    message.subject,
-                    message.payload,
-                    headers=headers,
-                    wait_stall=self._settings.OUTBOX_PUBLISH_TIMEOUT,
+        self._waves += 1
+        pending = _Wave(self._waves)
+        self._wave = pending
+        try:
+            for index, message in enumerate(wave):
+                span, headers = _publish_span(message)
+                token = f"{pending.prefix}{index}"
+                pending.waiting[token] = (message, span)
+                try:
+                    await self._nats.publish(
+                        message.subject,
+                        message.payload,
+                        reply=f"{self._inbox}.{token}",
+                        headers=headers,
+                    )
+                except Exception as exc:  # any client error: retry the rest later
+                    del pending.waiting[token]
+                    error = f"publish: {type(exc).__name__}: {exc}"
+                    _end_span(span, error)
+                    pending.error = error
+                    break
+            pending.seal()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    pending.complete.wait(), self._settings.OUTBOX_PUBLISH_TIMEOUT
                 )
-            except Exception as exc:  # any client error: retry the rest later
-                error = f"publish: {type(exc).__name__}: {exc}"
-                _end_span(span, error)
-                break
-            futures.append((message, future, span))
-        if futures:
-            await asyncio.wait(
-                [future for _, future, _ in futures],
-                timeout=self._settings.OUTBOX_PUBLISH_TIMEOUT,
-            )
-        acknowledged: list[int] = []
-        for message, future, span in futures:
-            if not future.done():
-                future.cancel()
-                error = error or "no acknowledgement in time"
-                _end_span(span, "no acknowledgement in time")
-            elif future.cancelled() or future.exception() is not None:
-                problem = None if future.cancelled() else future.exception()
-                error = error or f"ack: {type(problem).__name__}: {problem}"
-                _end_span(span, f"ack: {type(problem).__name__}")
-                if isinstance(problem, NoStreamResponseError):
-                    self._stream_ready = False  # the stream is gone: create it again
-            else:
-                acknowledged.append(message.sequence)
-                _end_span(span, "")
-        return acknowledged, error
+            pending.abandon("no acknowledgement in time")
+        finally:
+            self._wave = None
+        if pending.stream_missing:
+            self._stream_ready = False  # the stream is gone: create it again
+        return pending.acknowledged, pending.error
 
     async def _ensure_stream(self) -> None:
         try:
-            await ensure_record_stream(self._js)
+            await ensure_record_stream(
+                self._js,
+                max_age=float(self._settings.RECORD_STREAM_MAX_AGE),
+                max_bytes=self._settings.RECORD_STREAM_MAX_BYTES,
+            )
         except Exception as exc:  # NATS away or not ready: the round retries
             raise PublishFailed(f"stream: {type(exc).__name__}: {exc}") from None
         self._stream_ready = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from nats.aio.client import Client as NatsClient
 
 from crm.common.v1 import common_pb2
 from crm.records.v1 import records_pb2, records_pb2_grpc
@@ -38,9 +39,17 @@ def _require_filter(request: Any) -> common_pb2.Filter:
 
 class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
     def __init__(
-        self, pool: Any, cache: SchemaCache, principals: PrincipalCodec, metrics: RecordsMetrics
+        self,
+        pool: Any,
+        cache: SchemaCache,
+        principals: PrincipalCodec,
+        metrics: RecordsMetrics,
+        nats: NatsClient | None = None,
+        count_cap: int = 10_000,
     ) -> None:
         self._pool = pool
+        self._nats = nats
+        self._count_cap = count_cap
         self._metrics = metrics
         self._cache = cache
         self._principals = principals
@@ -70,6 +79,10 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         self._metrics.migrations.labels(outcome).inc()
         if result.model is not None:
             self._cache.put(result.model)
+        if not result.already_applied and self._nats is not None:
+            await migrator.announce_applied(
+                self._nats, principal.workspace_id, result.applied_version
+            )
         return records_pb2.MigrateSchemaResponse(
             applied_version=result.applied_version,
             already_applied=result.already_applied,
@@ -138,12 +151,15 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
     ) -> records_pb2.ListRecordsResponse:
         ctx, obj, access = await self._context(context, request.ref, authz.READ)
         async with self._pool.acquire() as connection:
-            page = await reads.list_records(connection, ctx, obj, access, request)
+            page = await reads.list_records(
+                connection, ctx, obj, access, request, count_cap=self._count_cap
+            )
         return records_pb2.ListRecordsResponse(
             records_json=page.records_json,
             cursors=page.cursors,
             page_info=page.page_info,
             total_count=page.total_count,
+            total_count_is_estimate=page.total_count_is_estimate,
         )
 
     async def ListRelated(  # noqa: N802
@@ -233,7 +249,9 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
     ) -> records_pb2.AggregateRecordsResponse:
         ctx, obj, access = await self._context(context, request.ref, authz.READ)
         async with self._pool.acquire() as connection:
-            result = await aggregates.aggregate(connection, ctx, obj, access, request)
+            result = await aggregates.aggregate(
+                connection, ctx, obj, access, request, count_cap=self._count_cap
+            )
         return records_pb2.AggregateRecordsResponse(result_json=result)
 
     async def GroupRecords(  # noqa: N802

@@ -17,9 +17,17 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     DB_STATEMENT_CACHE_SIZE: int = Field(default=1024, ge=0)
     # Workspaces whose compiled data model is kept in memory.
     SCHEMA_CACHE_SIZE: int = Field(default=2000, ge=1)
+    # totalCount (and a count asked alone) is exact up to this many matches, a marked estimate
+    # beyond; 0: always exact.
+    RECORDS_COUNT_CAP: int = Field(default=10_000, ge=0)
     # Outbox rows the relay reads and publishes per round.
     OUTBOX_RELAY_BATCH_SIZE: int = Field(default=500, ge=1, le=4000)
     # Seconds the relay waits for JetStream to acknowledge a round before retrying it.
     OUTBOX_PUBLISH_TIMEOUT: float = Field(default=5.0, gt=0)
-    # How long published outbox rows are kept (for inspection) before the relay deletes them.
-    OUTBOX_RETENTION: Duration = Field(default=7 * 24 * 3600, ge=0)
+    # How long published outbox rows are kept (for inspection) before the relay deletes them;
+    # replay is the stream's job (RECORD_STREAM_MAX_AGE).
+    OUTBOX_RETENTION: Duration = Field(default=3600, ge=0)
+    # Limits of the JetStream stream of record events, applied by the relay: events older than
+    # this, or beyond this many bytes (oldest first), are discarded. 0 bytes: no byte limit.
+    RECORD_STREAM_MAX_AGE: Duration = Field(default=7 * 24 * 3600, gt=0)
+    RECORD_STREAM_MAX_BYTES: int = Field(default=0, ge=0)

@@ -353,12 +353,23 @@ class SchemaBuilder:
         )
         _fill(
             types.connection,
-            {"edges": list[types.edge], "pageInfo": PageInfo, "totalCount": int | None},  # type: ignore[name-defined]
+            {
+                "edges": list[types.edge],  # type: ignore[name-defined]
+                "pageInfo": PageInfo,
+                "totalCount": int | None,
+                "totalCountIsEstimate": bool | None,
+            },
             {
                 "edges": strawberry.field(),
                 "pageInfo": strawberry.field(name="pageInfo"),
                 "totalCount": strawberry.field(
-                    name="totalCount", description="Records matching the filter (all pages)."
+                    name="totalCount",
+                    description="Records matching the filter (all pages): exact up to the "
+                    "service's cap, an estimate beyond it unless `exactCount: true`.",
+                ),
+                "totalCountIsEstimate": strawberry.field(
+                    name="totalCountIsEstimate",
+                    description="True when totalCount is an estimate (more matches than the cap).",
                 ),
             },
         )
@@ -446,8 +457,15 @@ class SchemaBuilder:
         _fill(types.update_input, *update)
 
     def _aggregate(self, types: ObjectTypes) -> None:
-        annotations: dict[str, Any] = {"count": int}
-        attributes: dict[str, Any] = {"count": strawberry.field(description="Records matching.")}
+        annotations: dict[str, Any] = {"count": int, "countIsEstimate": bool}
+        attributes: dict[str, Any] = {
+            "count": strawberry.field(description="Records matching."),
+            "countIsEstimate": strawberry.field(
+                name="countIsEstimate",
+                description="True when count is an estimate: only the count was selected and "
+                "more records matched than the service's cap (`exactCount: true` counts them).",
+            ),
+        }
         if types.aggregate_values is not None:
             values_annotations: dict[str, Any] = {}
             values_attributes: dict[str, Any] = {}
@@ -487,6 +505,7 @@ class SchemaBuilder:
                 ("after", str | None, UNSET),
                 ("last", int | None, UNSET),
                 ("before", str | None, UNSET),
+                ("exactCount", bool | None, UNSET),
             ),
             types.connection,
             f"{obj.label_plural or plural}: a page of records.",
@@ -499,7 +518,7 @@ class SchemaBuilder:
             self.query,
             f"{obj.plural}Aggregate",
             ops.aggregate,
-            (filter_arg,),
+            (filter_arg, ("exactCount", bool | None, UNSET)),
             types.aggregate,
             f"Count, sum, avg, min and max over {obj.plural}.",
         )

@@ -86,6 +86,7 @@ class RecordOperations:
         after: str | None = UNSET,
         last: int | None = UNSET,
         before: str | None = UNSET,
+        exactCount: bool | None = UNSET,  # noqa: N803
     ) -> Record:
         context = _context(info)
         first_value, limit_value, last_value = _given(first), _given(limit), _given(last)
@@ -108,7 +109,10 @@ class RecordOperations:
             last=size_last,
             before=_given(before) or "",
             depth=self._depth(node_fields),
-            with_total_count="totalCount" in selected_names(info.selected_fields),
+            with_total_count=bool(
+                {"totalCount", "totalCountIsEstimate"} & selected_names(info.selected_fields)
+            ),
+            exact_total_count=bool(_given(exactCount)),
             page_cursors_only="cursor" not in selected_names(info.selected_fields, "edges"),
         )
         response = await self._call(info, "ListRecords", request)
@@ -117,7 +121,9 @@ class RecordOperations:
             response.cursors,
             page_info_json(response.page_info),
         )
-        result["totalCount"] = response.total_count if request.with_total_count else None
+        counted = request.with_total_count
+        result["totalCount"] = response.total_count if counted else None
+        result["totalCountIsEstimate"] = response.total_count_is_estimate if counted else None
         return result
 
     async def get(self, info: strawberry.Info, id: Any) -> Record:
@@ -131,11 +137,20 @@ class RecordOperations:
         record: Record = orjson.loads(response.record_json)
         return record
 
-    async def aggregate(self, info: strawberry.Info, filter: Any = UNSET) -> Record:
+    async def aggregate(
+        self,
+        info: strawberry.Info,
+        filter: Any = UNSET,
+        exactCount: bool | None = UNSET,  # noqa: N803
+    ) -> Record:
         context = _context(info)
         request = records_pb2.AggregateRecordsRequest(
             ref=self._ref(context), filter=parse_graphql_filter(filter, self.obj)
         )
+        if selected_names(info.selected_fields) <= {"count", "countIsEstimate", "__typename"}:
+            # Only the count: capped like a list's totalCount, no sums over every row.
+            request.aggregates.append(records_pb2.AggregateSpec(op=records_pb2.AGGREGATE_OP_COUNT))
+            request.exact_count = bool(_given(exactCount))
         response = await self._call(info, "AggregateRecords", request)
         return aggregate_result(orjson.loads(response.result_json))
 
@@ -223,10 +238,11 @@ class RecordOperations:
 
 def aggregate_result(raw: Any) -> Record:
     """{count, sum, avg, min, max} with composite values (currency) reduced to their number."""
-    result: Record = {"count": 0}
+    result: Record = {"count": 0, "countIsEstimate": False}
     if not isinstance(raw, dict):
         return result
     result["count"] = raw.get("count", 0)
+    result["countIsEstimate"] = bool(raw.get("countIsEstimate", False))
     for op in ("sum", "avg", "min", "max"):
         values = raw.get(op)
         if isinstance(values, dict):

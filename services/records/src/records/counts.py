@@ -1,0 +1,31 @@
+"""Counts that stay cheap on large tables: exact up to a cap, a marked estimate beyond it.
+
+Counting every match of a million-row table costs a full scan per call. Up to `cap` matches the
+count is exact (a scan that stops at cap + 1 rows); beyond it the answer is the planner's row
+estimate for the same predicate (never below cap + 1) and is marked as an estimate, unless the
+caller asked for an exact count and accepts its cost. A cap of 0 counts exactly always.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+async def count_matches(
+    connection: Any, table: str, where: str, params: list[Any], *, cap: int, exact: bool
+) -> tuple[int, bool]:
+    """(count, is_estimate) of the rows of `table t` matching `where`."""
+    if exact or cap <= 0:
+        total = await connection.fetchval(f"SELECT count(*) FROM {table} t WHERE {where}", *params)
+        return int(total), False
+    capped = await connection.fetchval(
+        f"SELECT count(*) FROM (SELECT 1 FROM {table} t WHERE {where} LIMIT {int(cap) + 1}) c",
+        *params,
+    )
+    if int(capped) <= cap:
+        return int(capped), False
+    plan = await connection.fetchval(
+        f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} t WHERE {where}", *params
+    )
+    estimate = int(plan[0]["Plan"]["Plan Rows"])  # json, decoded by the pool's codec
+    return max(estimate, int(cap) + 1), True
