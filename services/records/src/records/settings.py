@@ -23,3 +23,6 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     OUTBOX_PUBLISH_TIMEOUT: float = Field(default=5.0, gt=0)
     # How long published outbox rows are kept (for inspection) before the relay deletes them.
     OUTBOX_RETENTION: Duration = Field(default=7 * 24 * 3600, ge=0)
+    # How long a write's Idempotency-Key is remembered (docs/api.md): a retry with the key within
+    # it replays the first answer. Expired keys are pruned every minute.
+    IDEMPOTENCY_KEY_TTL: Duration = Field(default=24 * 3600, ge=1)
