@@ -104,7 +104,8 @@ def test_a_replay_answers_the_first_response_and_writes_nothing(
 def test_the_key_with_another_body_is_422_naming_the_header(api: Api) -> None:
     key, tag = _key(), f"d{uuid.uuid4().hex[:12]}"
     assert _post(api, "/rest/people", key, {"firstName": tag}).status_code == 201
-    for path, body in (("/rest/people", {"firstName": tag + "x"}), ("/rest/companies", {"name": tag})):
+    others = (("/rest/people", {"firstName": tag + "x"}), ("/rest/companies", {"name": tag}))
+    for path, body in others:
         response = _post(api, path, key, body)
         assert response.status_code == 422, response.text
         assert response.json()["error"] == "Unprocessable Entity"
@@ -116,10 +117,8 @@ def test_the_key_with_another_body_is_422_naming_the_header(api: Api) -> None:
 @pytest.mark.parametrize("value", ["", "x" * 256, "caf\u00e9"])
 def test_a_malformed_key_is_400_naming_the_header(api: Api, value: str) -> None:
     tag = f"m{uuid.uuid4().hex[:12]}"
-    headers = {**api.headers, HEADER: value}
-    response = api.http.post(
-        "/rest/people", json={"firstName": tag}, headers={k: v.encode() for k, v in headers.items()}
-    )
+    headers = {k.encode(): v.encode() for k, v in {**api.headers, HEADER: value}.items()}
+    response = api.http.post("/rest/people", json={"firstName": tag}, headers=headers)
     assert response.status_code == 400, response.text
     assert response.json()["details"]["field"] == HEADER
     assert _named(api, tag) == []
