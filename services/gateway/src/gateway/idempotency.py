@@ -67,10 +67,10 @@ async def rest_metadata(request: Request) -> Metadata:
     return _metadata(key, request.method.encode(), request.url.path.encode(), query, body)
 
 
-def graphql_metadata(info: strawberry.Info, headers: Headers) -> Metadata:
+def graphql_metadata(info: strawberry.Info, headers: Headers | None) -> Metadata:
     """Metadata guarding a GraphQL record mutation; empty without the header. The key guards
     the whole HTTP request, so it is accepted only on an operation of one top-level mutation."""
-    key = key_of(headers)
+    key = key_of(headers) if headers is not None else None
     if key is None:
         return []
     operation = info.operation
