@@ -11,6 +11,7 @@ import concurrent.futures
 import contextlib
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import pytest
 
 from crmstack.client import graphql_data
 from crmstack.stack import Stack
+from records.sql import workspace_schema_name
 from tests.integration.api_helpers import Api
 
 HEADER = "Idempotency-Key"
@@ -285,3 +287,51 @@ def test_writes_retried_with_their_key_after_a_records_crash_have_no_duplicate(
         assert retried.status_code == 201, retried.text
     for tag in tags:
         assert len(_named(api, tag)) == 1, (tag, statuses[tag])
+
+
+def test_writes_the_client_gave_up_on_are_retried_without_duplicates(
+    api: Api, local_stack: Stack
+) -> None:
+    """#26: the people table is locked so writes wait; the client gives up on each (as on a 504
+    or a dropped connection) while the write goes on and commits once the lock is released; the
+    retry with its key then answers that write instead of writing a second record."""
+    tags = [f"w{uuid.uuid4().hex[:12]}" for _ in range(4)]
+    keys = {tag: _key() for tag in tags}
+    schema = workspace_schema_name(api.session.workspace_id)
+    locked, release = threading.Event(), threading.Event()
+
+    async def hold_lock() -> None:
+        connection = await asyncpg.connect(local_stack.env["DATABASE_URL"])
+        try:
+            async with connection.transaction():
+                await connection.execute(f'LOCK TABLE "{schema}"."person" IN SHARE MODE')
+                locked.set()
+                await asyncio.get_running_loop().run_in_executor(None, release.wait, 30)
+        finally:
+            await connection.close()
+
+    holder = threading.Thread(target=asyncio.run, args=(hold_lock(),))
+    holder.start()
+    try:
+        assert locked.wait(30)
+        for tag in tags:
+            with pytest.raises(httpx.TimeoutException):
+                api.http.post(
+                    "/rest/people",
+                    json={"firstName": tag},
+                    headers={**api.headers, HEADER: keys[tag]},
+                    timeout=0.5,
+                )
+    finally:
+        release.set()
+        holder.join(30)
+    deadline = time.monotonic() + 30
+    while any(len(_named(api, tag)) != 1 for tag in tags):
+        assert time.monotonic() < deadline, "the writes the client gave up on did not commit"
+        time.sleep(0.5)
+    first = {tag: _named(api, tag)[0]["id"] for tag in tags}
+    for tag in tags:
+        retried = _post(api, "/rest/people", keys[tag], {"firstName": tag})
+        assert retried.status_code == 201, retried.text
+        assert retried.json()["data"]["id"] == first[tag]
+        assert [r["id"] for r in _named(api, tag)] == [first[tag]]
