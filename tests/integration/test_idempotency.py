@@ -139,6 +139,10 @@ def test_keys_are_scoped_to_the_credential(api: Api) -> None:
     second = _post(api, "/rest/people", key, {"firstName": tag}, headers=other)
     assert (first.status_code, second.status_code) == (201, 201), second.text
     assert first.json()["data"]["id"] != second.json()["data"]["id"]
+    # Each credential's retry replays its own first answer.
+    assert _post(api, "/rest/people", key, {"firstName": tag}).content == first.content
+    again = _post(api, "/rest/people", key, {"firstName": tag}, headers=other)
+    assert again.content == second.content
     # Another workspace with the same key: independent too.
     stranger = Api.signup(api.http)
     third = _post(stranger, "/rest/people", key, {"firstName": tag})
@@ -169,6 +173,8 @@ def test_a_failed_write_keeps_no_key(api: Api) -> None:
     assert bad.status_code == 400, bad.text
     fixed = _post(api, "/rest/people", key, {"firstName": tag, "email": "a@b.test"})
     assert fixed.status_code == 201, fixed.text
+    again = _post(api, "/rest/people", key, {"firstName": tag, "email": "a@b.test"})
+    assert (again.status_code, again.content) == (201, fixed.content)
     assert len(_named(api, tag)) == 1
 
 
