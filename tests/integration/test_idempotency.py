@@ -103,6 +103,20 @@ def test_a_replay_answers_the_first_response_and_writes_nothing(
     assert api.ok("GET", f"/rest/people/{record_id}")["data"]["deletedAt"] is None
 
 
+def test_a_merge_replays(api: Api) -> None:
+    source = api.create("companies", {"name": "Source"})
+    target = api.create("companies", {"name": "Target"})
+    headers = {**api.headers, HEADER: _key()}
+    body = {"sourceId": source["id"], "targetId": target["id"]}
+    merged = api.http.patch("/rest/companies/merge", json=body, headers=headers)
+    assert merged.status_code == 200, merged.text
+    api.ok("PATCH", f"/rest/restore/companies/{source['id']}")
+    again = api.http.patch("/rest/companies/merge", json=body, headers=headers)
+    assert (again.status_code, again.content) == (200, merged.content)
+    # Not merged a second time: the restored source stays active.
+    assert api.ok("GET", f"/rest/companies/{source['id']}")["data"]["deletedAt"] is None
+
+
 def test_the_key_with_another_body_is_422_naming_the_header(api: Api) -> None:
     key, tag = _key(), f"d{uuid.uuid4().hex[:12]}"
     assert _post(api, "/rest/people", key, {"firstName": tag}).status_code == 201
