@@ -10,6 +10,7 @@ import grpc
 import orjson
 from starlette.responses import Response
 
+from crm.common.v1 import common_pb2
 from crmkit.errors import ServiceError
 
 
@@ -41,7 +42,13 @@ _INTERNAL = ErrorMapping(500, "Internal Server Error", "INTERNAL_SERVER_ERROR")
 UNAVAILABLE_RETRY_AFTER = "2"
 
 
+# An Idempotency-Key reused with another request: 422, by its reason (docs/api.md).
+_KEY_REUSED = ErrorMapping(422, "Unprocessable Entity", "BAD_USER_INPUT")
+
+
 def mapping_for(error: ServiceError) -> ErrorMapping:
+    if error.reason == common_pb2.ERROR_REASON_IDEMPOTENCY_KEY_REUSED:
+        return _KEY_REUSED
     return _MAPPINGS.get(error.code, _INTERNAL)
 
 

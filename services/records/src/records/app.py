@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import asyncpg
 from prometheus_client import CollectorRegistry
 
@@ -10,7 +12,7 @@ from crmkit import db, messaging
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
-from records import migrator
+from records import idempotency, migrator
 from records.cache import SchemaCache
 from records.metrics import RecordsMetrics
 from records.relay import OutboxRelay
@@ -45,6 +47,7 @@ async def serve(settings: RecordsSettings) -> None:
         metrics,
         nats,
         count_cap=settings.RECORDS_COUNT_CAP,
+        idempotency_ttl=float(settings.IDEMPOTENCY_KEY_TTL),
     )
     relay = OutboxRelay(settings, nats, metrics)
     runtime = ServiceRuntime(
@@ -55,7 +58,7 @@ async def serve(settings: RecordsSettings) -> None:
                 service_name(records_pb2, "RecordsService"),
             ),
         ],
-        background=[relay.run],
+        background=[relay.run, partial(idempotency.prune_forever, pool)],
         on_shutdown=[nats.drain, pool.close],
     )
     await run_service(settings, registry, runtime)

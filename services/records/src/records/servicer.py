@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
+from google.protobuf.message import Message
 from nats.aio.client import Client as NatsClient
 
 from crm.common.v1 import common_pb2
@@ -12,13 +14,14 @@ from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit import authz
 from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
 from crmkit.principal import PrincipalCodec
-from records import aggregates, inputs, migrator, reads, writes
+from records import aggregates, idempotency, inputs, migrator, reads, writes
 from records.cache import SchemaCache
 from records.context import RequestContext
 from records.metrics import RecordsMetrics
 from records.model import ObjectModel
 
 Context = Any  # grpc.aio.ServicerContext (grpc is untyped)
+M = TypeVar("M", bound=Message)
 
 
 def _json(payload: bytes, field: str = "data") -> Any:
@@ -46,10 +49,12 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         metrics: RecordsMetrics,
         nats: NatsClient | None = None,
         count_cap: int = 10_000,
+        idempotency_ttl: float = 24 * 3600.0,
     ) -> None:
         self._pool = pool
         self._nats = nats
         self._count_cap = count_cap
+        self._idempotency_ttl = idempotency_ttl
         self._metrics = metrics
         self._cache = cache
         self._principals = principals
@@ -63,6 +68,19 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         ctx = RequestContext(principal, model)
         obj = ctx.object(ref.object)
         return ctx, obj, ctx.require(obj, action)
+
+    async def _write(
+        self,
+        context: Context,
+        ctx: RequestContext,
+        method: str,
+        response_type: type[M],
+        write: Callable[[Any], Awaitable[M]],
+    ) -> M:
+        """`write(connection)` on a pooled connection, guarded by the request's idempotency key
+        when it carries one (records.idempotency)."""
+        guard = idempotency.guard_of(context, ctx.principal, method)
+        return await idempotency.run(self._pool, guard, self._idempotency_ttl, response_type, write)
 
     # -- schema ----------------------------------------------------------------------------------
     async def MigrateSchema(  # noqa: N802
@@ -106,9 +124,12 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
         names = reads.check_fields(obj, list(request.fields))
         prepared = inputs.prepare_create(obj, _json(request.data_json), "", access, self._ids)
-        async with self._pool.acquire() as connection:
+
+        async def write(connection: Any) -> records_pb2.RecordResponse:
             written = await writes.create(connection, ctx, obj, [prepared], names)
-        return records_pb2.RecordResponse(record_json=written[0].record_json.encode())
+            return records_pb2.RecordResponse(record_json=written[0].record_json.encode())
+
+        return await self._write(context, ctx, "CreateRecord", records_pb2.RecordResponse, write)
 
     async def CreateRecords(  # noqa: N802
         self, request: records_pb2.CreateRecordsRequest, context: Context
@@ -116,11 +137,14 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
         names = reads.check_fields(obj, list(request.fields))
         batch = inputs.prepare_batch(obj, _json(request.data_json), access, self._ids)
-        async with self._pool.acquire() as connection:
+
+        async def write(connection: Any) -> records_pb2.RecordsResponse:
             written = await writes.create(connection, ctx, obj, batch, names)
-        return records_pb2.RecordsResponse(
-            records_json=reads.json_array(item.record_json for item in written)
-        )
+            return records_pb2.RecordsResponse(
+                records_json=reads.json_array(item.record_json for item in written)
+            )
+
+        return await self._write(context, ctx, "CreateRecords", records_pb2.RecordsResponse, write)
 
     # -- read ------------------------------------------------------------------------------------
     async def GetRecord(  # noqa: N802
@@ -177,14 +201,17 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
         names = reads.check_fields(obj, list(request.fields))
         prepared = inputs.prepare_update(obj, _json(request.data_json), access)
-        async with self._pool.acquire() as connection:
+
+        async def write(connection: Any) -> records_pb2.RecordResponse:
             written = await writes.update(
                 connection, ctx, obj, access, prepared, names, record_id=request.id
             )
-        return records_pb2.RecordResponse(
-            record_json=written[0].record_json.encode(),
-            changed_fields=written[0].changed_fields,
-        )
+            return records_pb2.RecordResponse(
+                record_json=written[0].record_json.encode(),
+                changed_fields=written[0].changed_fields,
+            )
+
+        return await self._write(context, ctx, "UpdateRecord", records_pb2.RecordResponse, write)
 
     async def UpdateRecords(  # noqa: N802
         self, request: records_pb2.UpdateRecordsRequest, context: Context
@@ -193,45 +220,55 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         node = _require_filter(request)
         names = reads.check_fields(obj, list(request.fields))
         prepared = inputs.prepare_update(obj, _json(request.data_json), access)
-        async with self._pool.acquire() as connection:
+
+        async def write(connection: Any) -> records_pb2.RecordsResponse:
             written = await writes.update(connection, ctx, obj, access, prepared, names, node=node)
-        return records_pb2.RecordsResponse(
-            records_json=reads.json_array(item.record_json for item in written)
-        )
+            return records_pb2.RecordsResponse(
+                records_json=reads.json_array(item.record_json for item in written)
+            )
+
+        return await self._write(context, ctx, "UpdateRecords", records_pb2.RecordsResponse, write)
 
     # -- delete and restore ----------------------------------------------------------------------
     async def DeleteRecord(  # noqa: N802
         self, request: records_pb2.DeleteRecordRequest, context: Context
     ) -> records_pb2.RecordResponse:
         ctx, obj, access = await self._context(context, request.ref, authz.DELETE)
-        async with self._pool.acquire() as connection:
+
+        async def write(connection: Any) -> records_pb2.RecordResponse:
             written = await writes.set_deleted(
                 connection, ctx, obj, access, deleted=True, record_id=request.id
             )
-        if not written:
-            raise _not_found(obj, request.id)
-        return records_pb2.RecordResponse(
-            record_json=written[0].record_json.encode(), changed_fields=["deletedAt"]
-        )
+            if not written:
+                raise _not_found(obj, request.id)
+            return records_pb2.RecordResponse(
+                record_json=written[0].record_json.encode(), changed_fields=["deletedAt"]
+            )
+
+        return await self._write(context, ctx, "DeleteRecord", records_pb2.RecordResponse, write)
 
     async def DeleteRecords(  # noqa: N802
         self, request: records_pb2.DeleteRecordsRequest, context: Context
     ) -> records_pb2.RecordsResponse:
         ctx, obj, access = await self._context(context, request.ref, authz.DELETE)
         node = _require_filter(request)
-        async with self._pool.acquire() as connection:
+
+        async def write(connection: Any) -> records_pb2.RecordsResponse:
             written = await writes.set_deleted(
                 connection, ctx, obj, access, deleted=True, node=node
             )
-        return records_pb2.RecordsResponse(
-            records_json=reads.json_array(item.record_json for item in written)
-        )
+            return records_pb2.RecordsResponse(
+                records_json=reads.json_array(item.record_json for item in written)
+            )
+
+        return await self._write(context, ctx, "DeleteRecords", records_pb2.RecordsResponse, write)
 
     async def RestoreRecord(  # noqa: N802
         self, request: records_pb2.RestoreRecordRequest, context: Context
     ) -> records_pb2.RecordResponse:
         ctx, obj, access = await self._context(context, request.ref, authz.DELETE)
-        async with self._pool.acquire() as connection:
+
+        async def write(connection: Any) -> records_pb2.RecordResponse:
             written = await writes.set_deleted(
                 connection, ctx, obj, access, deleted=False, record_id=request.id
             )
@@ -241,7 +278,9 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
                 )
             # Restoring an active record changes nothing and answers it as it is.
             found = await reads.get_record(connection, ctx, obj, access, request.id, (), 0, 0)
-        return records_pb2.RecordResponse(record_json=found.encode())
+            return records_pb2.RecordResponse(record_json=found.encode())
+
+        return await self._write(context, ctx, "RestoreRecord", records_pb2.RecordResponse, write)
 
     # -- aggregates, duplicates, merge -----------------------------------------------------------
     async def AggregateRecords(  # noqa: N802
@@ -278,14 +317,20 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
     ) -> records_pb2.MergeRecordsResponse:
         ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
         ctx.require(obj, authz.DELETE)
-        async with self._pool.acquire() as connection, connection.transaction():
-            merged = await writes.merge(
-                connection, ctx, obj, access, request.source_id, request.target_id
+
+        async def write(connection: Any) -> records_pb2.MergeRecordsResponse:
+            async with connection.transaction():
+                merged = await writes.merge(
+                    connection, ctx, obj, access, request.source_id, request.target_id
+                )
+            return records_pb2.MergeRecordsResponse(
+                record_json=merged.target.encode(),
+                source_record_json=merged.source.encode(),
+                relations_repointed=merged.repointed,
             )
-        return records_pb2.MergeRecordsResponse(
-            record_json=merged.target.encode(),
-            source_record_json=merged.source.encode(),
-            relations_repointed=merged.repointed,
+
+        return await self._write(
+            context, ctx, "MergeRecords", records_pb2.MergeRecordsResponse, write
         )
 
 

@@ -31,3 +31,6 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # this, or beyond this many bytes (oldest first), are discarded. 0 bytes: no byte limit.
     RECORD_STREAM_MAX_AGE: Duration = Field(default=7 * 24 * 3600, gt=0)
     RECORD_STREAM_MAX_BYTES: int = Field(default=0, ge=0)
+    # How long a write's Idempotency-Key is remembered (docs/api.md): a retry with the key within
+    # it replays the first answer. Expired keys are pruned every minute.
+    IDEMPOTENCY_KEY_TTL: Duration = Field(default=24 * 3600, ge=1)

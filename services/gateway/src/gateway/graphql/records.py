@@ -14,6 +14,7 @@ from strawberry.types.unset import UNSET
 from crm.common.v1 import common_pb2
 from crm.records.v1 import records_pb2
 from crmkit.errors import InvalidArgument
+from gateway import idempotency
 from gateway.datamodel.model import FieldModel, ObjectModel
 from gateway.graphql import loaders
 from gateway.graphql.context import GraphQLContext
@@ -21,6 +22,7 @@ from gateway.graphql.inputs import order_by, parse_graphql_filter, record_json
 from gateway.graphql.selection import selected_names
 from gateway.owners import check_owners
 from gateway.pagination import page_info_json, page_size
+from gateway.rpc import call
 
 Record = dict[str, Any]
 # Children fetched per parent for a one-to-many field when `first` is not given.
@@ -73,6 +75,15 @@ class RecordOperations:
         context = _context(info)
         stub = context.state.upstreams.records
         return await context.ask(getattr(stub, method), request)
+
+    async def _write(self, info: strawberry.Info, method: str, request: Any) -> Any:
+        """A write call, guarded by the request's Idempotency-Key when it has one."""
+        context = _context(info)
+        # (unit tests run resolvers without an HTTP connection)
+        headers = getattr(context.connection, "headers", None)
+        guard = idempotency.graphql_metadata(info, headers)
+        stub = context.state.upstreams.records
+        return await call(getattr(stub, method), request, context.grpc_metadata() + guard)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -162,7 +173,7 @@ class RecordOperations:
         request = records_pb2.CreateRecordRequest(
             ref=self._ref(_context(info)), data_json=orjson.dumps(item)
         )
-        response = await self._call(info, "CreateRecord", request)
+        response = await self._write(info, "CreateRecord", request)
         record: Record = orjson.loads(response.record_json)
         return record
 
@@ -174,7 +185,7 @@ class RecordOperations:
         request = records_pb2.CreateRecordsRequest(
             ref=self._ref(_context(info)), data_json=orjson.dumps(items)
         )
-        response = await self._call(info, "CreateRecords", request)
+        response = await self._write(info, "CreateRecords", request)
         records: list[Record] = orjson.loads(response.records_json)
         return records
 
@@ -184,7 +195,7 @@ class RecordOperations:
         request = records_pb2.UpdateRecordRequest(
             ref=self._ref(_context(info)), id=str(id), data_json=orjson.dumps(item)
         )
-        response = await self._call(info, "UpdateRecord", request)
+        response = await self._write(info, "UpdateRecord", request)
         record: Record = orjson.loads(response.record_json)
         return record
 
@@ -201,13 +212,13 @@ class RecordOperations:
             filter=self._required_filter(filter),
             data_json=orjson.dumps(item),
         )
-        response = await self._call(info, "UpdateRecords", request)
+        response = await self._write(info, "UpdateRecords", request)
         records: list[Record] = orjson.loads(response.records_json)
         return records
 
     async def delete_one(self, info: strawberry.Info, id: Any) -> Record:
         request = records_pb2.DeleteRecordRequest(ref=self._ref(_context(info)), id=str(id))
-        response = await self._call(info, "DeleteRecord", request)
+        response = await self._write(info, "DeleteRecord", request)
         record: Record = orjson.loads(response.record_json)
         return record
 
@@ -215,13 +226,13 @@ class RecordOperations:
         request = records_pb2.DeleteRecordsRequest(
             ref=self._ref(_context(info)), filter=self._required_filter(filter)
         )
-        response = await self._call(info, "DeleteRecords", request)
+        response = await self._write(info, "DeleteRecords", request)
         records: list[Record] = orjson.loads(response.records_json)
         return records
 
     async def restore_one(self, info: strawberry.Info, id: Any) -> Record:
         request = records_pb2.RestoreRecordRequest(ref=self._ref(_context(info)), id=str(id))
-        response = await self._call(info, "RestoreRecord", request)
+        response = await self._write(info, "RestoreRecord", request)
         record: Record = orjson.loads(response.record_json)
         return record
 

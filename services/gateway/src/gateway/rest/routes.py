@@ -20,6 +20,7 @@ from starlette.responses import Response
 from crm.common.v1 import common_pb2
 from crm.records.v1 import records_pb2
 from crmkit.errors import InvalidArgument, NotFound
+from gateway import idempotency
 from gateway.auth import authenticate
 from gateway.datamodel.model import DataModel, ObjectModel
 from gateway.owners import check_owners
@@ -60,6 +61,13 @@ class Target:
 
     async def call(self, method: str, request: Any) -> Any:
         return await call(getattr(self.state.upstreams.records, method), request, self.metadata)
+
+    async def write(self, request: Request, method: str, message: Any) -> Any:
+        """A write call, guarded by the request's Idempotency-Key when it has one."""
+        guard = await idempotency.rest_metadata(request)
+        return await call(
+            getattr(self.state.upstreams.records, method), message, self.metadata + guard
+        )
 
     async def params(self, request: Request, allowed: Collection[str], **options: Any) -> Params:
         """The query parameters, checked; an unknown field re-checks the data model once."""
@@ -197,8 +205,8 @@ async def create_record(request: Request) -> Response:
     target = await _target(request)
     await target.params(request, ())
     body = await _owned_body(request, target, _an_object)
-    response = await target.call(
-        "CreateRecord", records_pb2.CreateRecordRequest(ref=target.ref(), data_json=body)
+    response = await target.write(
+        request, "CreateRecord", records_pb2.CreateRecordRequest(ref=target.ref(), data_json=body)
     )
     return _data(response.record_json, 201)
 
@@ -223,7 +231,8 @@ async def update_record(request: Request) -> Response:
     record_id = _record_id(request)
     await target.params(request, ())
     body = await _owned_body(request, target, _an_object)
-    response = await target.call(
+    response = await target.write(
+        request,
         "UpdateRecord",
         records_pb2.UpdateRecordRequest(ref=target.ref(), id=record_id, data_json=body),
     )
@@ -240,8 +249,8 @@ async def delete_record(request: Request) -> Response:
     target = await _target(request)
     record_id = _record_id(request)
     await target.params(request, ())
-    response = await target.call(
-        "DeleteRecord", records_pb2.DeleteRecordRequest(ref=target.ref(), id=record_id)
+    response = await target.write(
+        request, "DeleteRecord", records_pb2.DeleteRecordRequest(ref=target.ref(), id=record_id)
     )
     record = orjson.loads(response.record_json)
     return _json(
@@ -254,8 +263,8 @@ async def restore_record(request: Request) -> Response:
     target = await _target(request)
     record_id = _record_id(request)
     await target.params(request, ())
-    response = await target.call(
-        "RestoreRecord", records_pb2.RestoreRecordRequest(ref=target.ref(), id=record_id)
+    response = await target.write(
+        request, "RestoreRecord", records_pb2.RestoreRecordRequest(ref=target.ref(), id=record_id)
     )
     return _data(response.record_json)
 
@@ -265,8 +274,8 @@ async def create_batch(request: Request) -> Response:
     target = await _target(request)
     await target.params(request, ())
     body = await _owned_body(request, target, _a_batch, batch=True)
-    response = await target.call(
-        "CreateRecords", records_pb2.CreateRecordsRequest(ref=target.ref(), data_json=body)
+    response = await target.write(
+        request, "CreateRecords", records_pb2.CreateRecordsRequest(ref=target.ref(), data_json=body)
     )
     return _data(response.records_json, 201)
 
@@ -303,7 +312,8 @@ async def merge_records(request: Request) -> Response:
     target_id = _uuid(body.get("targetId"), "targetId")
     if source_id == target_id:
         raise InvalidArgument("a record cannot be merged into itself", field="sourceId")
-    response = await target.call(
+    response = await target.write(
+        request,
         "MergeRecords",
         records_pb2.MergeRecordsRequest(ref=target.ref(), source_id=source_id, target_id=target_id),
     )
