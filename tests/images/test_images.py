@@ -65,7 +65,10 @@ def test_one_dockerfile_is_multi_stage_pinned_and_non_root() -> None:
     assert int(user.group(2)) > 0
     assert "CRM_SERVICE=${SERVICE}" in runtime
     assert 'exec python -m \\"$CRM_SERVICE\\" \\"$@\\"' in runtime  # PID 1, args passed on
-    assert "COPY services/${SERVICE}/requirements.txt services/${SERVICE}/" in build
+    copy = "COPY services/${SERVICE}/requirements.txt services/${SERVICE}/"
+    assert copy in build
+    # A layer keyed on SERVICE comes first, or services with equal requirements share a layer.
+    assert build.index('RUN mkdir -p "services/${SERVICE}"') < build.index(copy)
     assert 'RUN deploy/images/assemble.sh deps "${SERVICE}" /opt/crm' in build
     assert 'RUN deploy/images/assemble.sh app "${SERVICE}" /opt/crm' in build
     # Only the named service's files enter its image: every service path goes through SERVICE.
