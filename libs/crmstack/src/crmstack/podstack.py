@@ -349,7 +349,7 @@ def run_pytest(root: Path, env: dict[str, str], pytest_args: Sequence[str]) -> t
     tail = ""
     with subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE) as process:
         assert process.stdout is not None
-        while chunk := process.stdout.read1(4096):  # progress dots as they come
+        while chunk := os.read(process.stdout.fileno(), 4096):  # progress dots as they come
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
             tail = (tail + chunk.decode(errors="replace"))[-4000:]
