@@ -13,7 +13,8 @@ UV ?= uv
 IMAGE_TAG ?= dev
 
 .PHONY: install proto run stop test lint typecheck unit integration clean chromium \
-	requirements images kind-test chart-check images-check bench bench-smoke fuzz bench-scale
+	requirements images container-test kind-test chart-check images-check bench bench-smoke fuzz \
+	bench-scale
 
 install: $(STAMP)
 
@@ -102,9 +103,15 @@ fuzz: install proto
 requirements:
 	PYTHONPATH=libs/crmstack/src $(PYTHON) -m crmstack.requirements --uv $(UV)
 
-# One image per service, crm-<service>:$(IMAGE_TAG); needs a Docker engine.
+# One image per service, crm-<service>:$(IMAGE_TAG), from deploy/images/Dockerfile: with Docker
+# where an engine answers, else podman/buildah (installed when missing and apt-get is usable).
 images: install
 	$(PY) -m crmstack.deploy images --tag $(IMAGE_TAG)
+
+# The chart's manifests (ci/container-values.yaml) as podman containers on a private network,
+# then tests/containers and tests/integration through a port on 127.0.0.1; always torn down.
+container-test: install proto
+	$(PY) -m crmstack.podstack $(PYTEST_ARGS)
 
 # A kind cluster: images, infrastructure, the chart, then tests/integration through a
 # port-forward; the cluster is deleted afterwards unless KEEP_CLUSTER=1. Needs Docker and kind.

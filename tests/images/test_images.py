@@ -1,4 +1,4 @@
-"""What the service images are built from: Dockerfiles, hashed requirement files, build context."""
+"""What the service images are built from: one Dockerfile, hashed requirements, build context."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from crmstack.requirements import FIRST_PARTY_LIBS, service_inputs, services
 from crmstack.stack import ALL_SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "deploy" / "images" / "Dockerfile"
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\]+)")
 
 
@@ -47,26 +48,62 @@ def test_every_service_builds_an_image() -> None:
     assert services(ROOT) == sorted(ALL_SERVICES)
 
 
-@pytest.mark.parametrize("service", ALL_SERVICES)
-def test_dockerfile_is_multi_stage_pinned_and_non_root(service: str) -> None:
-    text = (ROOT / "services" / service / "Dockerfile").read_text()
+def test_one_dockerfile_is_multi_stage_pinned_and_non_root() -> None:
+    text = DOCKERFILE.read_text()
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE)
     assert base is not None
     assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", base.group(1)), base.group(1)
     stages = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
     assert stages == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
-    runtime = text.split("\nFROM ")[-1]
+    build, runtime = text.split("\nFROM ")[1:]
+    assert "ARG SERVICE\n" in build
+    assert "ARG SERVICE\n" in runtime
     assert "COPY --from=build /opt/crm /opt/crm" in runtime
     user = re.search(r"^USER (\d+):(\d+)$", runtime, re.MULTILINE)
     assert user is not None
     assert int(user.group(1)) > 0
     assert int(user.group(2)) > 0
-    assert f'ENTRYPOINT ["python", "-m", "{service}"]' in runtime
-    assert f"COPY services/{service}/requirements.txt services/{service}/" in text
-    assert f"RUN deploy/images/assemble.sh deps {service} /opt/crm" in text
-    assert f"RUN deploy/images/assemble.sh app {service} /opt/crm" in text
-    others = set(ALL_SERVICES) - {service}
-    assert not [o for o in others if f"services/{o}/" in text], "copies another service"
+    assert "CRM_SERVICE=${SERVICE}" in runtime
+    assert 'exec python -m \\"$CRM_SERVICE\\" \\"$@\\"' in runtime  # PID 1, args passed on
+    copy = "COPY services/${SERVICE}/requirements.txt services/${SERVICE}/"
+    assert copy in build
+    # A layer keyed on SERVICE comes first, or services with equal requirements share a layer.
+    assert build.index('RUN mkdir -p "services/${SERVICE}"') < build.index(copy)
+    assert 'RUN deploy/images/assemble.sh deps "${SERVICE}" /opt/crm' in build
+    assert 'RUN deploy/images/assemble.sh app "${SERVICE}" /opt/crm' in build
+    # Only the named service's files enter its image: every service path goes through SERVICE.
+    assert not re.findall(r"services/(?!\$\{SERVICE\})", text)
+
+
+def test_no_service_keeps_a_dockerfile_of_its_own() -> None:
+    assert not sorted(ROOT.glob("services/*/Dockerfile"))
+
+
+@pytest.mark.parametrize("service", ALL_SERVICES)
+def test_images_are_built_with_the_service_and_its_ports(service: str) -> None:
+    """`make images` passes SERVICE (and the ports the image documents) to the one recipe."""
+    from crmstack.engine import EXPOSED_PORTS, GRPC_EXPOSED_PORTS, Engine, build_services
+
+    commands: list[tuple[str, ...]] = []
+
+    class Recording(Engine):
+        def run(self, *args: str, timeout: float = 1800) -> None:
+            commands.append(args)
+
+        def image_exists(self, name: str) -> bool:
+            return True
+
+        def image_size(self, name: str) -> int:
+            return 0
+
+    built = build_services(Recording("docker", {}), ROOT, [service], "t")
+    assert built == [f"crm-{service}:t"]
+    (command,) = commands
+    assert command[command.index("-f") + 1] == "deploy/images/Dockerfile"
+    assert f"SERVICE={service}" in command
+    ports = EXPOSED_PORTS.get(service, GRPC_EXPOSED_PORTS)
+    assert f"PORTS={ports}" in command
+    assert command[-1] == str(ROOT)
 
 
 def test_build_stage_installs_only_hash_checked_wheels() -> None:
@@ -111,4 +148,11 @@ def test_codegen_requirements_pin_grpcio_tools_like_dev() -> None:
 
 def test_build_context_leaves_out_local_state() -> None:
     ignored = set((ROOT / ".dockerignore").read_text().split())
-    assert {".git", ".venv", ".data", "libs/crm-proto/src/crm", "**/__pycache__"} <= ignored
+    assert {
+        ".git",
+        ".venv",
+        ".data",
+        ".containers",
+        "libs/crm-proto/src/crm",
+        "**/__pycache__",
+    } <= ignored

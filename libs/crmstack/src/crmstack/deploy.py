@@ -1,5 +1,8 @@
 """`make images` and `make kind-test`: the service images, and the chart on a kind cluster.
 
+images: every service's image from deploy/images/Dockerfile, with Docker where an engine answers
+and podman otherwise (crmstack.engine; `make container-test` runs them, crmstack.podstack).
+
 kind-test: create a kind cluster from deploy/kind/cluster.yaml, build and load the images, apply
 the infrastructure (deploy/kind/infra.yaml), install the chart with deploy/kind/values.yaml,
 upgrade it once (the pre-upgrade migration hooks run again and the generated APP_SECRET must
@@ -26,11 +29,11 @@ from typing import Any
 
 import yaml
 
+from crmstack import engine
 from crmstack.ports import free_port
 from crmstack.processes import say
 from crmstack.stack import ALL_SERVICES
 
-IMAGE_REPOSITORY = "crm"
 CHART = "deploy/helm/crm"
 KIND_CONFIG = "deploy/kind/cluster.yaml"
 KIND_INFRA = "deploy/kind/infra.yaml"
@@ -39,10 +42,6 @@ KIND_VALUES = "deploy/kind/values.yaml"
 
 class DeployError(RuntimeError):
     """A step could not run or failed; the message is the one line to show."""
-
-
-def image_name(service: str, tag: str) -> str:
-    return f"{IMAGE_REPOSITORY}-{service}:{tag}"
 
 
 def require_docker() -> None:
@@ -90,17 +89,9 @@ def output(command: Sequence[str], *, timeout: float = 120) -> str:
 
 
 def build_images(root: Path, tag: str) -> list[str]:
-    """docker build every service's image from the repository root; returns the image names."""
+    """docker build every service's image (kind loads images from Docker); returns the names."""
     require_docker()
-    names = []
-    for service in ALL_SERVICES:
-        name = image_name(service, tag)
-        run(
-            ["docker", "build", "-f", f"services/{service}/Dockerfile", "-t", name, "."],
-            cwd=root,
-        )
-        names.append(name)
-    return names
+    return engine.build_services(engine.engine(root), root, ALL_SERVICES, tag)
 
 
 @dataclass
@@ -314,7 +305,9 @@ def kind_test(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m crmstack.deploy", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    images = commands.add_parser("images", help="build crm-<service>:<tag> for every service")
+    images = commands.add_parser(
+        "images", help="build crm-<service>:<tag> for every service (Docker, else podman)"
+    )
     images.add_argument("--tag", default="dev")
     kind = commands.add_parser("kind-test", help="the integration suite on a kind cluster")
     kind.add_argument("--cluster", default=os.environ.get("KIND_CLUSTER", "crm-kind"))
@@ -324,8 +317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = Path.cwd()
     try:
         if args.command == "images":
-            for name in build_images(root, args.tag):
-                say(f"built {name}")
+            built = engine.engine(root)
+            names = engine.build_services(built, root, ALL_SERVICES, args.tag)
+            for name in names:
+                say(f"built {name} ({built.image_size(name) / 1e6:.0f} MB, {built.command})")
             return 0
         return kind_test(
             root,
@@ -334,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keep=os.environ.get("KEEP_CLUSTER") == "1",
             pytest_args=args.pytest_args,
         )
-    except DeployError as exc:
+    except (DeployError, engine.EngineError) as exc:
         sys.stderr.write(f"make {args.command}: {exc}\n")
         return 2
 

@@ -43,11 +43,12 @@ def service_inputs(root: Path, service: str) -> list[str]:
 
 
 def services(root: Path) -> list[str]:
-    """Every service folder that builds an image (has a Dockerfile and a pyproject.toml)."""
+    """Every service folder (a pyproject.toml and a package under src/): each builds an image
+    from deploy/images/Dockerfile."""
     return sorted(
         path.name
         for path in (root / "services").iterdir()
-        if (path / "Dockerfile").is_file() and (path / "pyproject.toml").is_file()
+        if (path / "pyproject.toml").is_file() and (path / "src" / path.name).is_dir()
     )
 
 
