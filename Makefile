@@ -96,7 +96,7 @@ bench-smoke: install proto
 # one): its own stack, minutes; never in `test`.
 fuzz: install proto
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} $(PY) -m pytest tests/integration/test_input_fuzz.py \
-	  tests/integration/test_graphql_fuzz.py -q
+	  tests/integration/test_graphql_fuzz.py tests/integration/test_records_oracle.py -q
 
 # The hashed requirement files: requirements/dev.txt, requirements/proto.txt and one per image
 # (services/<name>/requirements.txt), compiled with uv (`make requirements UV=/path/to/uv`).

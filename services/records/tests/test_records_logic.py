@@ -60,10 +60,10 @@ def test_plan_creates_schema_tables_indexes_and_foreign_keys() -> None:
     assert statements[0].startswith("CREATE SCHEMA")
     text = "\n".join(statements)
     assert 'CREATE TABLE "ws_11111111222243338444555555555555"."person"' in text
-    assert '"salaryAmountMicros" bigint' in text
-    assert '"salaryCurrencyCode" text' in text
-    assert '"companyId" uuid' in text
-    assert 'FOREIGN KEY ("companyId")' in text
+    assert '"salaryAmountMicros" BIGINT' in text
+    assert '"salaryCurrencyCode" TEXT' in text
+    assert '"companyId" UUID' in text
+    assert 'FOREIGN KEY("companyId")' in text
     assert text.count("CREATE INDEX") >= 6
 
 
@@ -89,7 +89,7 @@ def test_plan_moves_a_leftover_column_aside_instead_of_reusing_it() -> None:
     again = WorkspaceModel.from_proto(schema(extra=[field("nickname", md.FIELD_TYPE_TEXT)]))
     statements = ddl.plan(again.schema, catalog, again)
     assert 'RENAME COLUMN "nickname" TO "_orphan_nickname_' in statements[0]
-    assert 'ADD COLUMN "nickname" text' in statements[1]
+    assert 'ADD COLUMN "nickname" TEXT' in statements[1]
 
 
 def test_unsafe_identifiers_are_refused() -> None:
@@ -210,8 +210,8 @@ def test_unbounded_text_gets_a_hash_index_and_a_unique_index_over_md5() -> None:
     assert 'USING hash ("firstName")' in text
     assert 'USING hash ("code")' in text
     assert '(md5("code")) WHERE "deletedAt" IS NULL' in text
-    assert '("firstName", id)' not in text
-    assert '("salaryAmountMicros", id)' in text  # bounded types keep their (column, id) btree
+    assert '("firstName", "id")' not in text
+    assert '("salaryAmountMicros", "id")' in text  # bounded types keep their (column, id) btree
 
 
 def test_plan_replaces_the_btree_of_earlier_versions_on_unbounded_text() -> None:

@@ -51,7 +51,9 @@ def _aggregate_sql(op: str, item: FieldModel, alias: str) -> str:
     if op in ("min", "max") and item.type == md.FIELD_TYPE_DATE_TIME:
         return f"to_char({op}({column}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
     if op == "avg":
-        return f"avg({column})::float8"
+        # float8's avg also accumulates squares, which overflow past ~1e154: average exactly,
+        # rounded to 300 places (a float8 cast of a mean below 1e-308 would underflow).
+        return f"round(avg({column}::numeric), 300)::float8"
     return f"{op}({column})"
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crm.metadata.v1 import metadata_pb2 as md
+from records import schema_ddl
 from records.model import (
     SORTABLE_TYPES,
     UNBOUNDED_TEXT_TYPES,
@@ -22,7 +23,6 @@ from records.model import (
     ObjectModel,
     WorkspaceModel,
 )
-from records.sql import literal, quote
 
 # format_type() spellings of the column types the model uses.
 _CATALOG_TYPES = {
@@ -30,14 +30,7 @@ _CATALOG_TYPES = {
     "double precision": "double precision",
 }
 
-_SYSTEM_COLUMNS = (
-    ("id", "uuid PRIMARY KEY"),
-    ("ownerId", "uuid"),
-    ("createdAt", "timestamptz NOT NULL DEFAULT now()"),
-    ("updatedAt", "timestamptz NOT NULL DEFAULT now()"),
-    ("deletedAt", "timestamptz"),
-)
-_SYSTEM_NAMES = frozenset(name for name, _ in _SYSTEM_COLUMNS)
+_SYSTEM_NAMES = frozenset(schema_ddl.SYSTEM_COLUMNS)
 _INDEXED_SYSTEM = ("ownerId", "createdAt", "updatedAt")
 
 
@@ -149,12 +142,9 @@ class _Planner:
         self.catalog = catalog
         self.statements: list[str] = []
 
-    def qualified(self, table: str) -> str:
-        return f"{quote(self.schema)}.{quote(table)}"
-
     def plan(self, model: WorkspaceModel) -> list[str]:
         if not self.catalog.exists:
-            self.statements.append(f"CREATE SCHEMA IF NOT EXISTS {quote(self.schema)}")
+            self.statements.append(schema_ddl.create_schema(self.schema))
         for item in model.objects.values():
             self._table(item)
         for item in model.objects.values():
@@ -169,7 +159,7 @@ class _Planner:
         if occupant is None:
             return
         orphan = _orphan_name(name)
-        self.statements.append(f"ALTER TABLE {self.qualified(name)} RENAME TO {quote(orphan)}")
+        self.statements.append(schema_ddl.rename_table(self.schema, name, orphan))
         occupant.name = orphan
         self.catalog.tables[orphan] = occupant
 
@@ -183,9 +173,7 @@ class _Planner:
             return
         if current.name != wanted:
             self._evict_table(wanted)
-            self.statements.append(
-                f"ALTER TABLE {self.qualified(current.name)} RENAME TO {quote(wanted)}"
-            )
+            self.statements.append(schema_ddl.rename_table(self.schema, current.name, wanted))
             del self.catalog.tables[current.name]
             current.name = wanted
             self.catalog.tables[wanted] = current
@@ -197,39 +185,29 @@ class _Planner:
 
     def _create_table(self, item: ObjectModel, tag: str) -> None:
         table = CatalogTable(item.name_singular, tag)
-        definitions = [f"{quote(name)} {spec}" for name, spec in _SYSTEM_COLUMNS]
-        comments = []
-        for entry in item.fields:
-            if entry.is_system:
-                continue
-            for column in entry.columns:
-                definitions.append(f"{quote(column.name)} {column.sql_type}")
-                comments.append(column)
-                table.columns[column.name] = CatalogColumn(
-                    column.name, _catalog_type(column.sql_type), column.tag
-                )
-        qualified = self.qualified(item.name_singular)
-        self.statements.append(f"CREATE TABLE {qualified} ({', '.join(definitions)})")
-        self.statements.append(f"COMMENT ON TABLE {qualified} IS {literal(tag)}")
-        for column in comments:
-            self.statements.append(self._comment(item.name_singular, column))
-        self.catalog.tables[table.name] = table
-
-    def _comment(self, table: str, column: Column) -> str:
-        return (
-            f"COMMENT ON COLUMN {self.qualified(table)}.{quote(column.name)} "
-            f"IS {literal(column.tag)}"
+        columns = [
+            column for entry in item.fields if not entry.is_system for column in entry.columns
+        ]
+        for column in columns:
+            table.columns[column.name] = CatalogColumn(
+                column.name, _catalog_type(column.sql_type), column.tag
+            )
+        self.statements.extend(
+            schema_ddl.create_table(
+                self.schema,
+                item.name_singular,
+                tag,
+                ((column.name, column.sql_type, column.tag) for column in columns),
+            )
         )
+        self.catalog.tables[table.name] = table
 
     def _evict_column(self, table: CatalogTable, name: str) -> None:
         occupant = table.columns.pop(name, None)
         if occupant is None:
             return
         orphan = _orphan_name(name)
-        self.statements.append(
-            f"ALTER TABLE {self.qualified(table.name)} "
-            f"RENAME COLUMN {quote(name)} TO {quote(orphan)}"
-        )
+        self.statements.append(schema_ddl.rename_column(self.schema, table.name, name, orphan))
         occupant.name = orphan
         table.columns[orphan] = occupant
 
@@ -244,11 +222,11 @@ class _Planner:
             if column.name in _SYSTEM_NAMES:
                 raise ValueError(f"field column {column.name} collides with a system column")
             self._evict_column(table, column.name)
-            self.statements.append(
-                f"ALTER TABLE {self.qualified(table.name)} ADD COLUMN {quote(column.name)} "
-                f"{column.sql_type}"
+            self.statements.extend(
+                schema_ddl.add_column(
+                    self.schema, table.name, column.name, column.sql_type, column.tag
+                )
             )
-            self.statements.append(self._comment(table.name, column))
             table.columns[column.name] = CatalogColumn(
                 column.name, _catalog_type(column.sql_type), column.tag
             )
@@ -256,8 +234,7 @@ class _Planner:
         if current.name != column.name:
             self._evict_column(table, column.name)
             self.statements.append(
-                f"ALTER TABLE {self.qualified(table.name)} RENAME COLUMN {quote(current.name)} "
-                f"TO {quote(column.name)}"
+                schema_ddl.rename_column(self.schema, table.name, current.name, column.name)
             )
             del table.columns[current.name]
             current.name = column.name
@@ -265,47 +242,53 @@ class _Planner:
 
     # -- indexes and constraints -------------------------------------------------------------
     def _create_index(
-        self, name: str, table: str, expression: str, extra: str = "", method: str = ""
+        self,
+        name: str,
+        table: str,
+        columns: tuple[str, ...],
+        *,
+        method: str = "",
+        md5: bool = False,
     ) -> None:
         if name in self.catalog.indexes:
             return
-        unique = "UNIQUE " if name.startswith("uq_") else ""
-        using = f"USING {method} " if method else ""
+        unique = name.startswith("uq_")
         self.statements.append(
-            f"CREATE {unique}INDEX IF NOT EXISTS {quote(name)} ON {self.qualified(table)} "
-            f"{using}({expression}){extra}"
-        )
+            schema_ddl.create_index(
+                self.schema, table, name, columns,
+                unique=unique, method=method, md5=md5, live_only=unique,
+            )
+        )  # fmt: skip
         self.catalog.indexes.add(name)
 
     def _drop_index(self, name: str) -> None:
         if name in self.catalog.indexes:
-            self.statements.append(f"DROP INDEX IF EXISTS {self.qualified(name)}")
+            self.statements.append(schema_ddl.drop_index(self.schema, name))
             self.catalog.indexes.discard(name)
 
     def _indexes(self, item: ObjectModel) -> None:
         table = item.name_singular
         for name in _INDEXED_SYSTEM:
-            self._create_index(index_name("ix", item.id, name), table, f"{quote(name)}, id")
+            self._create_index(index_name("ix", item.id, name), table, (name, "id"))
         for entry in item.fields:
             if entry.is_system or not entry.columns:
                 continue
-            column = quote(entry.columns[0].name)
+            column = entry.columns[0].name
             long_text = entry.type in UNBOUNDED_TEXT_TYPES
             if long_text:
                 # A b-tree row holds at most ~2.7 kB, text up to 65,536 characters: eq uses a
                 # hash index, uniqueness a b-tree over md5 (shapes of earlier versions dropped).
                 self._drop_index(index_name("ix", item.id, entry.id))
                 self._create_index(
-                    index_name("hx", item.id, entry.id), table, column, method="hash"
+                    index_name("hx", item.id, entry.id), table, (column,), method="hash"
                 )
             elif _indexed(entry):
-                self._create_index(index_name("ix", item.id, entry.id), table, f"{column}, id")
+                self._create_index(index_name("ix", item.id, entry.id), table, (column, "id"))
             unique_name = unique_index_name(item.id, entry)
             if long_text:
                 self._drop_index(index_name("uq", item.id, entry.id))
             if entry.is_unique and entry.type != md.FIELD_TYPE_CURRENCY:
-                expression = f"md5({column})" if long_text else column
-                self._create_index(unique_name, table, expression, ' WHERE "deletedAt" IS NULL')
+                self._create_index(unique_name, table, (column,), md5=long_text)
             else:
                 self._drop_index(unique_name)
 
@@ -318,9 +301,13 @@ class _Planner:
             if target is None or name in self.catalog.constraints:
                 continue
             self.statements.append(
-                f"ALTER TABLE {self.qualified(item.name_singular)} ADD CONSTRAINT {quote(name)} "
-                f"FOREIGN KEY ({quote(entry.columns[0].name)}) "
-                f"REFERENCES {self.qualified(target.name_singular)} (id) ON DELETE SET NULL"
+                schema_ddl.add_foreign_key(
+                    self.schema,
+                    item.name_singular,
+                    name,
+                    entry.columns[0].name,
+                    target.name_singular,
+                )
             )
             self.catalog.constraints.add(name)
 
