@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -25,13 +27,22 @@ def _people(admin: Session, client: httpx.Client) -> list[Any]:
     return edges
 
 
-async def test_a_mutation_after_the_key_is_deleted_closes_4401_and_writes_nothing(
+@asynccontextmanager
+async def _key_socket(
     base_url: str, client: httpx.Client
-) -> None:
+) -> AsyncIterator[tuple[Session, dict[str, Any], Socket]]:
+    """A new workspace's admin, an API key of theirs, and a socket initialised with the key."""
     admin = signup(client)
     key = graphql_data(client, admin.access_token, CREATE_KEY)["createApiKey"]
     async with await Socket.open(base_url) as socket:
         await socket.init(key["token"])
+        yield admin, key, socket
+
+
+async def test_a_mutation_after_the_key_is_deleted_closes_4401_and_writes_nothing(
+    base_url: str, client: httpx.Client
+) -> None:
+    async with _key_socket(base_url, client) as (admin, key, socket):
         await socket.subscribe("q", "{ people(first: 1) { edges { node { id } } } }")
         assert (await socket.receive())["type"] == "next"
         assert (await socket.receive())["type"] == "complete"
@@ -46,10 +57,7 @@ async def test_a_mutation_after_the_key_is_deleted_closes_4401_and_writes_nothin
 async def test_an_open_subscription_closes_4401_soon_after_its_key_is_deleted(
     base_url: str, client: httpx.Client
 ) -> None:
-    admin = signup(client)
-    key = graphql_data(client, admin.access_token, CREATE_KEY)["createApiKey"]
-    async with await Socket.open(base_url) as socket:
-        await socket.init(key["token"])
+    async with _key_socket(base_url, client) as (admin, key, socket):
         await socket.subscribe("p", "subscription { personCreated { id } }")
         await wait_for_subscriptions(base_url, 1)
         await asyncio.to_thread(graphql_data, client, admin.access_token, DELETE_KEY, key)

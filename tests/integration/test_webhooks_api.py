@@ -4,7 +4,6 @@ isolation between workspaces."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -12,8 +11,7 @@ import pytest
 
 from crm.metadata.v1 import metadata_pb2 as md
 from crmstack.client import Session, graphql, graphql_data, login, signup, unique_email
-from crmstack.stack import Stack
-from examples.webhook_receiver import WebhookReceiver
+from tests.integration import webhooks_client
 from tests.integration.webhooks_client import (
     CREATE,
     DELETE,
@@ -23,8 +21,6 @@ from tests.integration.webhooks_client import (
     UPDATE,
     WEBHOOK_FIELDS,
     Hooks,
-    make_hooks,
-    running_receiver,
 )
 
 LIST = f"""query($first: Int, $after: UUID) {{
@@ -37,15 +33,8 @@ ADD_MEMBER = (
 CREATE_ROLE = "mutation($input: CreateRoleInput!) { createRole(input: $input) { id } }"
 
 
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[WebhookReceiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture
-def hooks(local_stack: Stack, client: httpx.Client, receiver: WebhookReceiver) -> Hooks:
-    return make_hooks(local_stack, client, receiver)
+receiver = webhooks_client.receiver
+hooks = webhooks_client.hooks
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:

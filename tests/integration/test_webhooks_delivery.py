@@ -7,35 +7,24 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime
 
-import httpx
 import pytest
 
 from crmstack.stack import Stack
-from examples.webhook_receiver import Delivery, WebhookReceiver
+from examples.webhook_receiver import Delivery
+from tests.integration import webhooks_client
 from tests.integration.webhooks_client import (
     REDELIVER,
     ROTATE,
     UPDATE,
     Hooks,
-    make_hooks,
-    running_receiver,
     skipped,
     wait_skipped,
 )
 
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[WebhookReceiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture
-def hooks(local_stack: Stack, client: httpx.Client, receiver: WebhookReceiver) -> Hooks:
-    return make_hooks(local_stack, client, receiver)
+receiver = webhooks_client.receiver
+hooks = webhooks_client.hooks
 
 
 PAYLOAD_KEYS = ["id", "workspaceId", "webhookId", "operation", "timestamp", "record",

@@ -6,7 +6,6 @@ as null with `X-Service-Payload-Truncated`; a record too large to send fails the
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,7 +13,8 @@ import pytest
 
 from crmstack.stack import Stack
 from examples.webhook_receiver import WebhookReceiver
-from tests.integration.webhooks_client import Hooks, make_hooks, running_receiver
+from tests.integration import webhooks_client
+from tests.integration.webhooks_client import Hooks, make_hooks
 
 PART = 50_000  # RAW_JSON strings stay under the 64 k text limit: large values come in parts
 # The relay leaves `record` out of an envelope over 1,048,576 - 8,192 bytes (records' framing
@@ -23,10 +23,7 @@ NEAR_LIMIT = 1_042_500
 TRUNCATED = "X-Service-Payload-Truncated"
 
 
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[WebhookReceiver]:
-    with running_receiver() as running:
-        yield running
+receiver = webhooks_client.receiver
 
 
 @pytest.fixture

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 
 import grpc
-import httpx
 import pytest
 
 from crm.webhooks.v1 import webhooks_pb2 as wh
@@ -19,24 +17,15 @@ from crmkit.principal import PrincipalCodec, system_principal
 from crmstack.ports import free_port, wait_for_port
 from crmstack.processes import ManagedProcess
 from crmstack.stack import Stack
-from examples.webhook_receiver import Delivery, WebhookReceiver
+from examples.webhook_receiver import Delivery
+from tests.integration import webhooks_client
 from tests.integration.webhooks_client import (
     REDELIVER,
     Hooks,
-    make_hooks,
-    running_receiver,
 )
 
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[WebhookReceiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture
-def hooks(local_stack: Stack, client: httpx.Client, receiver: WebhookReceiver) -> Hooks:
-    return make_hooks(local_stack, client, receiver)
+receiver = webhooks_client.receiver
+hooks = webhooks_client.hooks
 
 
 def wait_for_api(hooks: Hooks) -> None:

@@ -10,28 +10,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-
-import httpx
-import pytest
 
 from crmstack.stack import Stack
-from examples.webhook_receiver import Delivery, WebhookReceiver
-from tests.integration.webhooks_client import Hooks, make_hooks, running_receiver
+from examples.webhook_receiver import Delivery
+from tests.integration import webhooks_client
+from tests.integration.webhooks_client import Hooks
 
 DELAYS = (1.0, 2.0, 3.0)
 TIMEOUT = 5.0
 
 
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[WebhookReceiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture
-def hooks(local_stack: Stack, client: httpx.Client, receiver: WebhookReceiver) -> Hooks:
-    return make_hooks(local_stack, client, receiver)
+receiver = webhooks_client.receiver
+hooks = webhooks_client.hooks
 
 
 def test_due_retries_are_not_held_back_by_a_backlog_of_fresh_deliveries(hooks: Hooks) -> None:

@@ -3,17 +3,15 @@ permissions, and testWorkflow sending one request to a receiver on loopback."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import httpx
 import orjson
 import pytest
 
 from crmstack.client import graphql, login, signup, unique_email
-from crmstack.stack import Stack
+from tests.integration import workflows_client
 from tests.integration.workflows_client import (
     ACTIVATE,
     CREATE,
@@ -25,9 +23,6 @@ from tests.integration.workflows_client import (
     TEST,
     UPDATE,
     Flows,
-    Receiver,
-    make_flows,
-    running_receiver,
 )
 
 ADD_MEMBER = (
@@ -36,15 +31,8 @@ ADD_MEMBER = (
 CHAT_BODY = '{"text": "New deal: {{name}} ({{amount}})"}'
 
 
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture
-def flows(local_stack: Stack, client: httpx.Client, receiver: Receiver) -> Flows:
-    return make_flows(local_stack, client, receiver)
+receiver = workflows_client.receiver
+flows = workflows_client.flows
 
 
 def _input(flows: Flows, trigger: dict[str, Any], **action: Any) -> dict[str, Any]:

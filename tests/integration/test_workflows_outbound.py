@@ -6,7 +6,6 @@ connections between workspaces either."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -16,6 +15,7 @@ import orjson
 import pytest
 
 from crmstack.stack import Stack
+from tests.integration import workflows_client
 from tests.integration.webhooks_client import CREATE as CREATE_WEBHOOK
 from tests.integration.workflows_client import (
     ACTIVATE,
@@ -25,21 +25,13 @@ from tests.integration.workflows_client import (
     Flows,
     Receiver,
     make_flows,
-    running_receiver,
 )
 
 CREATED = {"type": "RECORD_CREATED", "object": "opportunity"}
 
 
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture
-def flows(local_stack: Stack, client: httpx.Client, receiver: Receiver) -> Flows:
-    return make_flows(local_stack, client, receiver)
+receiver = workflows_client.receiver
+flows = workflows_client.flows
 
 
 def _create(flows: Flows, url: str, **action: Any) -> dict[str, Any]:

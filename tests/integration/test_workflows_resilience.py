@@ -6,34 +6,20 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
-
-import httpx
-import pytest
 
 from crmstack.ports import free_port, wait_for_port
 from crmstack.processes import ManagedProcess
 from crmstack.stack import Stack
+from tests.integration import workflows_client
 from tests.integration.workflows_client import (
     DEACTIVATE,
     Flows,
-    Receiver,
     Request,
-    make_flows,
-    running_receiver,
     wait_for_api,
 )
 
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture
-def flows(local_stack: Stack, client: httpx.Client, receiver: Receiver) -> Flows:
-    return make_flows(local_stack, client, receiver)
+receiver = workflows_client.receiver
+flows = workflows_client.flows
 
 
 def test_a_runner_killed_mid_run_loses_no_run(flows: Flows, local_stack: Stack) -> None:

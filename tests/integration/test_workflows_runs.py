@@ -3,33 +3,21 @@ received on loopback, runs listed over GraphQL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
-import pytest
 
 from crmstack.stack import Stack
+from tests.integration import workflows_client
 from tests.integration.workflows_client import (
     DEACTIVATE,
     Flows,
-    Receiver,
-    make_flows,
-    running_receiver,
 )
 
 CREATED = {"type": "RECORD_CREATED", "object": "opportunity"}
 UPDATED = {"type": "RECORD_UPDATED", "object": "opportunity"}
 
 
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture
-def flows(local_stack: Stack, client: httpx.Client, receiver: Receiver) -> Flows:
-    return make_flows(local_stack, client, receiver)
+receiver = workflows_client.receiver
+flows = workflows_client.flows
 
 
 def test_the_chat_example_posts_when_an_opportunity_is_created(flows: Flows) -> None:

@@ -5,15 +5,13 @@ records, logs), still sent for real, and kept by an update that leaves them mask
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
-import httpx
 import orjson
-import pytest
 
 from crmstack.stack import Stack
+from tests.integration import workflows_client
 from tests.integration.workflows_client import (
     CREATE,
     GET,
@@ -21,9 +19,6 @@ from tests.integration.workflows_client import (
     TEST,
     UPDATE,
     Flows,
-    Receiver,
-    make_flows,
-    running_receiver,
     wait_for_api,
 )
 
@@ -37,15 +32,8 @@ SECRETS = {
 }
 
 
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    with running_receiver() as running:
-        yield running
-
-
-@pytest.fixture
-def flows(local_stack: Stack, client: httpx.Client, receiver: Receiver) -> Flows:
-    return make_flows(local_stack, client, receiver)
+receiver = workflows_client.receiver
+flows = workflows_client.flows
 
 
 def _action(flows: Flows, path: str) -> dict[str, Any]:

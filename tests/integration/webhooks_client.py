@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import httpx
 import orjson
+import pytest
 
 from crm.metadata.v1 import metadata_pb2 as md
 from crm.metadata.v1 import metadata_pb2_grpc
@@ -202,3 +203,16 @@ def running_receiver() -> Iterator[WebhookReceiver]:
         yield receiver
     finally:
         receiver.stop()
+
+
+# Shared fixtures: a test module takes them with `receiver = webhooks_client.receiver` (and
+# `hooks = webhooks_client.hooks`), which gives it its own module-scoped receiver.
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[WebhookReceiver]:
+    with running_receiver() as running:
+        yield running
+
+
+@pytest.fixture
+def hooks(local_stack: Stack, client: httpx.Client, receiver: WebhookReceiver) -> Hooks:
+    return make_hooks(local_stack, client, receiver)

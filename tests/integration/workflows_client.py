@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from crmstack.client import Session, graphql, graphql_data, signup
 from crmstack.stack import Stack
@@ -141,6 +142,19 @@ def running_receiver() -> Iterator[Receiver]:
         yield receiver
     finally:
         receiver.stop()
+
+
+# Shared fixtures: a test module takes them with `receiver = workflows_client.receiver` (and
+# `flows = workflows_client.flows`), which gives it its own module-scoped receiver.
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    with running_receiver() as running:
+        yield running
+
+
+@pytest.fixture
+def flows(local_stack: Stack, client: httpx.Client, receiver: Receiver) -> Flows:
+    return make_flows(local_stack, client, receiver)
 
 
 @dataclass
