@@ -20,8 +20,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any
 import yaml
 
 from crmstack import engine
+from crmstack.engine import EngineError, run, wait_healthy
 from crmstack.ports import free_port
 from crmstack.processes import say
 from crmstack.stack import ALL_SERVICES
@@ -40,14 +39,10 @@ KIND_INFRA = "deploy/kind/infra.yaml"
 KIND_VALUES = "deploy/kind/values.yaml"
 
 
-class DeployError(RuntimeError):
-    """A step could not run or failed; the message is the one line to show."""
-
-
 def require_docker() -> None:
     """Fail with one line unless a Docker engine answers."""
     if shutil.which("docker") is None:
-        raise DeployError("no Docker here: the `docker` command is not on PATH")
+        raise EngineError("no Docker here: the `docker` command is not on PATH")
     try:
         result = subprocess.run(
             ["docker", "info", "--format", "{{.ServerVersion}}"],
@@ -56,35 +51,21 @@ def require_docker() -> None:
             timeout=60,
         )
     except subprocess.TimeoutExpired:
-        raise DeployError("no Docker engine answers: `docker info` timed out") from None
+        raise EngineError("no Docker engine answers: `docker info` timed out") from None
     if result.returncode != 0 or not result.stdout.strip():
         reason = (result.stderr.strip().splitlines() or ["no answer"])[-1]
-        raise DeployError(f"no Docker engine answers: `docker info` failed ({reason})")
+        raise EngineError(f"no Docker engine answers: `docker info` failed ({reason})")
 
 
 def require_tool(name: str, why: str) -> None:
     if shutil.which(name) is None:
-        raise DeployError(f"`{name}` is not on PATH; it {why}")
-
-
-def run(command: Sequence[str], *, cwd: Path | None = None, timeout: float = 1800) -> None:
-    say("$ " + " ".join(command))
-    try:
-        result = subprocess.run(command, cwd=cwd, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise DeployError(
-            f"`{' '.join(command[:3])} ...` took longer than {timeout:.0f}s"
-        ) from None
-    if result.returncode != 0:
-        raise DeployError(
-            f"`{' '.join(command[:3])} ...` failed with exit code {result.returncode}"
-        )
+        raise EngineError(f"`{name}` is not on PATH; it {why}")
 
 
 def output(command: Sequence[str], *, timeout: float = 120) -> str:
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
-        raise DeployError(f"`{' '.join(command[:3])} ...` failed: {result.stderr.strip()[-300:]}")
+        raise EngineError(f"`{' '.join(command[:3])} ...` failed: {result.stderr.strip()[-300:]}")
     return result.stdout
 
 
@@ -160,29 +141,13 @@ class Release:
                 else:
                     config.install(chart, self.name, values, create_namespace=True, **wait)
             except Exception as exc:
-                raise DeployError(f"helm {action} failed: {str(exc).strip()[:500]}") from None
+                raise EngineError(f"helm {action} failed: {str(exc).strip()[:500]}") from None
 
     def app_secret(self) -> str:
         encoded = self.cluster.kubectl_output(
             "-n", self.namespace, "get", "secret", self.name, "-o", "jsonpath={.data.APP_SECRET}"
         )
         return base64.b64decode(encoded).decode()
-
-
-def wait_healthy(url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last = "no answer"
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except urllib.error.HTTPError as exc:
-            last = f"{exc.code}: {exc.read()[:300]!r}"
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            last = str(exc)
-        time.sleep(1)
-    raise DeployError(f"{url}/healthz not 200 after {timeout:.0f}s (last: {last})")
 
 
 def diagnose(cluster: KindCluster, namespace: str) -> None:
@@ -203,7 +168,7 @@ def diagnose(cluster: KindCluster, namespace: str) -> None:
     ):
         try:
             cluster.kubectl(*args, timeout=60)
-        except DeployError as exc:
+        except EngineError as exc:
             say(f"(diagnostics: {exc})")
 
 
@@ -224,7 +189,7 @@ def kind_values(root: Path) -> dict[str, Any]:
     launcher gives it to every process. Its image tag is the tag the images are built with."""
     values: dict[str, Any] = yaml.safe_load((root / KIND_VALUES).read_text())
     if not values.get("image", {}).get("tag"):
-        raise DeployError(f"{KIND_VALUES} must set image.tag")
+        raise EngineError(f"{KIND_VALUES} must set image.tag")
     services = values.setdefault("services", {})
     for service in ALL_SERVICES:
         settings = services.setdefault(service, {})
@@ -260,7 +225,7 @@ def kind_test(
         secret = release.app_secret()
         release.deploy(values)  # an upgrade: migrations run again, APP_SECRET must stay
         if release.app_secret() != secret:
-            raise DeployError("helm upgrade replaced the generated APP_SECRET")
+            raise EngineError("helm upgrade replaced the generated APP_SECRET")
         port = free_port()
         command = [
             "kubectl",
@@ -286,7 +251,7 @@ def kind_test(
         if code != 0:
             diagnose(cluster, namespace)
         return code
-    except DeployError:
+    except EngineError:
         diagnose(cluster, namespace)
         raise
     finally:
@@ -329,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keep=os.environ.get("KEEP_CLUSTER") == "1",
             pytest_args=args.pytest_args,
         )
-    except (DeployError, engine.EngineError) as exc:
+    except (EngineError, engine.EngineError) as exc:
         sys.stderr.write(f"make {args.command}: {exc}\n")
         return 2
 

@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,11 +48,15 @@ class EngineError(RuntimeError):
 
 
 def run(
-    command: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 1800
+    command: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 1800,
 ) -> None:
     say("$ " + " ".join(command))
     try:
-        result = subprocess.run(command, env=env, timeout=timeout)
+        result = subprocess.run(command, env=env, cwd=cwd, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise EngineError(
             f"`{' '.join(command[:3])} ...` took longer than {timeout:.0f}s"
@@ -59,6 +65,23 @@ def run(
         raise EngineError(
             f"`{' '.join(command[:3])} ...` failed with exit code {result.returncode}"
         )
+
+
+def wait_healthy(url: str, timeout: float) -> None:
+    """Until `url`/healthz answers 200 (the podman and the kind stacks alike)."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except urllib.error.HTTPError as exc:
+            last = f"{exc.code}: {exc.read()[:300]!r}"
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            last = str(exc)
+        time.sleep(1)
+    raise EngineError(f"{url}/healthz not 200 after {timeout:.0f}s (last: {last})")
 
 
 def docker_answers() -> bool:

@@ -34,7 +34,14 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from crmstack.engine import Engine, EngineError, build_infra, build_services, podman
+from crmstack.engine import (
+    Engine,
+    EngineError,
+    build_infra,
+    build_services,
+    podman,
+    wait_healthy,
+)
 from crmstack.ports import free_port
 from crmstack.processes import say
 from crmstack.stack import ALL_SERVICES
@@ -327,25 +334,6 @@ class PodStack:
         if self.network:
             self.engine.succeeds("network", "rm", "-f", self.network)
         say(f"removed the containers, pods, secret and network of {self.run}")
-
-
-def wait_healthy(url: str, timeout: float) -> None:
-    import urllib.error
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    last = "no answer"
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except urllib.error.HTTPError as exc:
-            last = f"{exc.code}: {exc.read()[:300]!r}"
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            last = str(exc)
-        time.sleep(1)
-    raise EngineError(f"{url}/healthz not 200 after {timeout:.0f}s (last: {last})")
 
 
 def run_pytest(root: Path, env: dict[str, str], pytest_args: Sequence[str]) -> tuple[int, str]:
