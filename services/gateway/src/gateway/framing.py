@@ -8,7 +8,9 @@ already sets is kept.
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
+
+from gateway.response_headers import Headers, ResponseHeadersMiddleware
 
 _FRAMING_HEADERS = (
     (b"x-frame-options", b"DENY"),
@@ -16,22 +18,9 @@ _FRAMING_HEADERS = (
 )
 
 
-class FramingHeadersMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", ()))
-                present = {name.lower(): value for name, value in headers}
-                if present.get(b"content-type", b"").lower().startswith(b"text/html"):
-                    headers += [(n, v) for n, v in _FRAMING_HEADERS if n not in present]
-                    message["headers"] = headers
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+class FramingHeadersMiddleware(ResponseHeadersMiddleware):
+    def added_headers(self, scope: Scope, headers: Headers) -> Headers:
+        present = {name.lower(): value for name, value in headers}
+        if not present.get(b"content-type", b"").lower().startswith(b"text/html"):
+            return []
+        return [(name, value) for name, value in _FRAMING_HEADERS if name not in present]

@@ -4,10 +4,11 @@ X-RateLimit-* headers put on whatever response the request then gets (success or
 from __future__ import annotations
 
 from starlette.requests import HTTPConnection
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from crm.common.v1 import common_pb2
 from gateway.ratelimit.window import Decision
+from gateway.response_headers import Headers, ResponseHeadersMiddleware
 from gateway.state import gateway_state
 
 DECISION_KEY = "crm.ratelimit"
@@ -26,22 +27,9 @@ async def admit_request(
         raise decision.error()
 
 
-class RateLimitHeadersMiddleware:
+class RateLimitHeadersMiddleware(ResponseHeadersMiddleware):
     """Adds the request's rate-limit headers to its response, if it was counted."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                decision = scope.get(DECISION_KEY)
-                if isinstance(decision, Decision):
-                    message["headers"] = [*message.get("headers", ()), *decision.headers()]
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+    def added_headers(self, scope: Scope, headers: Headers) -> Headers:
+        decision = scope.get(DECISION_KEY)
+        return list(decision.headers()) if isinstance(decision, Decision) else []
