@@ -53,7 +53,7 @@ unit: install proto
 	$(PY) -m pytest libs services -q
 
 integration: install proto chromium
-	$(PY) -m pytest tests/integration -q
+	$(PY) -m pytest tests/integration -q --durations=15
 
 # The OAuth consent page is tested in headless Chromium (Debian's package, driven by Playwright);
 # install it when missing and apt-get is usable, otherwise those tests skip saying why.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from tests.integration.api_helpers import Api
-from tests.integration.generated_clients import GRAPHQL_TOOLS, OPENAPI_TOOLS, Environment
+from tests.integration.generated_clients import Environment, install_together
 
 REST_DRIVER = textwrap.dedent(
     """
@@ -155,10 +156,18 @@ def tools(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("generated-clients")
 
 
+@pytest.fixture(scope="module")
+def environments(tools: Path) -> dict[str, Future[Environment]]:
+    return install_together(tools)
+
+
 def test_openapi_python_client_drives_the_rest_api(
-    client: httpx.Client, base_url: str, tools: Path
+    client: httpx.Client,
+    base_url: str,
+    tools: Path,
+    environments: dict[str, Future[Environment]],
 ) -> None:
-    environment = Environment(tools / "openapi-venv", OPENAPI_TOOLS)
+    environment = environments["openapi"].result()
     api = Api.signup(client)
     work = tools / "rest"
     work.mkdir()
@@ -196,9 +205,12 @@ def test_openapi_python_client_drives_the_rest_api(
 
 
 def test_ariadne_codegen_client_drives_the_graphql_api(
-    client: httpx.Client, base_url: str, tools: Path
+    client: httpx.Client,
+    base_url: str,
+    tools: Path,
+    environments: dict[str, Future[Environment]],
 ) -> None:
-    environment = Environment(tools / "ariadne-venv", GRAPHQL_TOOLS)
+    environment = environments["graphql"].result()
     api = Api.signup(client)
     work = tools / "graphql"
     work.mkdir()

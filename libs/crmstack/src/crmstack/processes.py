@@ -171,6 +171,7 @@ class ManagedProcess:
         try:
             self.popen.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            say(f"{self.name} (PID {self.popen.pid}) did not stop in time: killed")
             self.send(signal.SIGKILL)
             self.popen.wait(5)
         if self._pump is not None:
