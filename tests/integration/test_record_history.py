@@ -288,3 +288,23 @@ def test_retention_prunes_old_entries(api: Api, local_stack: Stack) -> None:
     finally:
         records.process.env = before
         local_stack.restart("records")
+
+
+def test_batch_and_filter_writes_write_one_entry_per_record(api: Api) -> None:
+    tag = uuid.uuid4().hex[:8]
+    batch = [{"firstName": f"{tag}-{n}", "jobTitle": "Intern"} for n in range(3)]
+    created = api.ok("POST", "/rest/batch/people", 201, json=batch)["data"]
+    where = {"firstName": {"startsWith": tag}}
+    api.data(
+        'mutation($f: PersonFilter!) { updatePeople(filter: $f, data: {jobTitle: "Lead"}) { id } }',
+        {"f": where},
+    )
+    api.data("mutation($f: PersonFilter!) { deletePeople(filter: $f) { id } }", {"f": where})
+    for person in created:
+        deleted, updated, made = _history(api, "people", person["id"])
+        assert [deleted["action"], updated["action"], made["action"]] == [
+            "deleted",
+            "updated",
+            "created",
+        ]
+        assert updated["changes"] == [{"field": "jobTitle", "old": "Intern", "new": "Lead"}]

@@ -27,6 +27,7 @@ from records.sql import Params, literal
 CREATED, UPDATED, DELETED, RESTORED, MERGED = "created", "updated", "deleted", "restored", "merged"
 _INCLUDE_DELETED = 1  # records.v1.DELETED_SCOPE_INCLUDE: a deleted record keeps its history
 _CURSOR_PREFIX = "h:"
+_MAX_ID = 2**63
 
 
 def changes(changed: str) -> str:
@@ -85,7 +86,10 @@ def _decode_cursor(cursor: str) -> int:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         if not text.startswith(_CURSOR_PREFIX):
             raise ValueError(cursor)
-        return int(text[len(_CURSOR_PREFIX) :])
+        entry_id = int(text[len(_CURSOR_PREFIX) :])
+        if not 0 < entry_id < _MAX_ID:
+            raise ValueError(cursor)
+        return entry_id
     except (ValueError, UnicodeDecodeError):
         raise InvalidArgument("after: invalid cursor", field="after") from None
 
@@ -95,11 +99,11 @@ def _timestamp(value: str, field: str) -> dt.datetime | None:
         return None
     try:
         parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
+        if parsed.tzinfo is None:
+            raise InvalidArgument(f"{field} must name its UTC offset (e.g. Z)", field=field)
+        return parsed.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
         raise InvalidArgument(f"{field} must be an RFC 3339 timestamp", field=field) from None
-    if parsed.tzinfo is None:
-        raise InvalidArgument(f"{field} must name its UTC offset (e.g. Z)", field=field)
-    return parsed
 
 
 def _visible_keys(obj: ObjectModel) -> list[str]:
