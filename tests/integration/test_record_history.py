@@ -5,6 +5,7 @@ hidden fields stay hidden; merges show both sides; paging, filters and retention
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -241,6 +242,9 @@ def test_pages_newest_first_and_filters_by_field_and_time(api: Api) -> None:
     assert len(_history(api, "people", person["id"], since=created_at)) == len(everything)
     for params, field in (
         ({"after": "not-a-cursor"}, "after"),
+        ({"after": base64.urlsafe_b64encode(b"h:99999999999999999999").decode()}, "after"),
+        ({"since": "9999-12-31T23:59:59-01:00"}, "since"),
+        ({"until": "2026-01-01T00:00:00"}, "until"),
         ({"since": "yesterday"}, "since"),
         ({"limit": 0}, "limit"),
         ({"field": "nope"}, "field"),
