@@ -289,6 +289,14 @@ def test_retention_prunes_old_entries(api: Api, local_stack: Stack) -> None:
         (update,) = _history(api, "people", old["id"])
         assert update["action"] == "updated"
         assert [e["action"] for e in _history(api, "people", kept["id"])] == ["created"]
+        metrics = httpx.get(f"http://127.0.0.1:{records.metrics_port}/metrics", timeout=10).text
+        pruned = [
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("records_history_pruned_total ")
+        ]
+        assert pruned
+        assert pruned[0] >= 1
     finally:
         records.process.env = before
         local_stack.restart("records")

@@ -61,7 +61,7 @@ async def serve(settings: RecordsSettings) -> None:
         background=[
             relay.run,
             partial(idempotency.prune_forever, pool),
-            partial(history_retention.prune_forever, pool, settings),
+            partial(history_retention.prune_forever, pool, settings, metrics),
         ],
         on_shutdown=[nats.drain, pool.close],
     )

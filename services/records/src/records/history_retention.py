@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from crmkit.db import DATABASE_UNAVAILABLE
+from records.metrics import RecordsMetrics
 from records.settings import RecordsSettings
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ async def prune_once(pool: Any, retention_days: int, batch: int, max_batches: in
     return deleted
 
 
-async def prune_forever(pool: Any, settings: RecordsSettings) -> None:
+async def prune_forever(pool: Any, settings: RecordsSettings, metrics: RecordsMetrics) -> None:
     """Run `prune_once` every RECORD_HISTORY_PRUNE_INTERVAL (never when retention is 0; the
     loop still runs: a background job that returns stops the service)."""
     days = settings.RECORD_HISTORY_RETENTION_DAYS
@@ -52,6 +53,7 @@ async def prune_forever(pool: Any, settings: RecordsSettings) -> None:
                 settings.RECORD_HISTORY_PRUNE_MAX_BATCHES,
             )
             if deleted:
+                metrics.history_pruned.inc(deleted)
                 log.info("record history pruned", extra={"deleted": deleted})
         except DATABASE_UNAVAILABLE as exc:
             log.warning("record history pruning skipped: %s", exc)
