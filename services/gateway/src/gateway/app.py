@@ -43,6 +43,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.ratelimit.http import RateLimitHeadersMiddleware
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.redis_connection import PipelinedRedis
+from gateway.rest import history as rest_history
 from gateway.rest import routes as rest
 from gateway.rest.openapi import open_api
 from gateway.routing import RouteTable
@@ -142,6 +143,7 @@ def _add_rest_routes(app: FastAPI, routes: RouteTable) -> None:
     routes.add(app, "/rest/{object}/duplicates", rest.find_duplicates, ["POST"])
     routes.add(app, "/rest/{object}/merge", rest.merge_records, ["PATCH"])
     routes.add(app, "/rest/{object}/groupBy", rest.group_records, ["GET"])
+    routes.add(app, "/rest/{object}/{id}/history", rest_history.record_history, ["GET"])
     routes.add(app, "/rest/{object}/{id}", rest.get_record, ["GET"])
     routes.add(app, "/rest/{object}/{id}", rest.update_record, ["PATCH"])
     routes.add(app, "/rest/{object}/{id}", rest.delete_record, ["DELETE"])

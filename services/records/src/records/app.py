@@ -12,7 +12,7 @@ from crmkit import db, messaging
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
-from records import idempotency, migrator
+from records import history_retention, idempotency, migrator
 from records.cache import SchemaCache
 from records.metrics import RecordsMetrics
 from records.relay import OutboxRelay
@@ -58,7 +58,11 @@ async def serve(settings: RecordsSettings) -> None:
                 service_name(records_pb2, "RecordsService"),
             ),
         ],
-        background=[relay.run, partial(idempotency.prune_forever, pool)],
+        background=[
+            relay.run,
+            partial(idempotency.prune_forever, pool),
+            partial(history_retention.prune_forever, pool, settings, metrics),
+        ],
         on_shutdown=[nats.drain, pool.close],
     )
     await run_service(settings, registry, runtime)

@@ -16,6 +16,7 @@ class RecordsMetrics:
     published: Counter
     pruned: Counter
     relay_active: Gauge
+    history_pruned: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> RecordsMetrics:
@@ -54,6 +55,11 @@ class RecordsMetrics:
             relay_active=Gauge(
                 "records_outbox_relay_active",
                 "1 in the replica whose relay holds the lock and publishes, 0 in standbys.",
+                registry=registry,
+            ),
+            history_pruned=Counter(
+                "records_history_pruned_total",
+                "Record history entries deleted after RECORD_HISTORY_RETENTION_DAYS.",
                 registry=registry,
             ),
         )

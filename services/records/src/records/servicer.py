@@ -14,7 +14,7 @@ from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit import authz
 from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
 from crmkit.principal import PrincipalCodec
-from records import aggregates, idempotency, inputs, migrator, reads, writes
+from records import aggregates, history, idempotency, inputs, migrator, reads, writes
 from records.cache import SchemaCache
 from records.context import RequestContext
 from records.metrics import RecordsMetrics
@@ -331,6 +331,28 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
 
         return await self._write(
             context, ctx, "MergeRecords", records_pb2.MergeRecordsResponse, write
+        )
+
+    # -- history ---------------------------------------------------------------------------------
+    async def ListHistory(  # noqa: N802
+        self, request: records_pb2.ListHistoryRequest, context: Context
+    ) -> records_pb2.ListHistoryResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        async with self._pool.acquire() as connection:
+            page = await history.list_history(
+                connection,
+                ctx,
+                obj,
+                access,
+                request.id,
+                first=request.first,
+                after=request.after,
+                fields=list(request.fields),
+                since=request.since,
+                until=request.until,
+            )
+        return records_pb2.ListHistoryResponse(
+            entries_json=page.entries_json, cursors=page.cursors, page_info=page.page_info
         )
 
 

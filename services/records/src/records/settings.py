@@ -34,3 +34,11 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # How long a write's Idempotency-Key is remembered (docs/api.md): a retry with the key within
     # it replays the first answer. Expired keys are pruned every minute.
     IDEMPOTENCY_KEY_TTL: Duration = Field(default=24 * 3600, ge=1)
+    # Record history (docs/data-model.md): entries older than this many days are pruned; 0 keeps
+    # every entry. The pruner deletes at most RECORD_HISTORY_PRUNE_BATCH rows per statement and
+    # RECORD_HISTORY_PRUNE_MAX_BATCHES statements per run, one run every
+    # RECORD_HISTORY_PRUNE_INTERVAL.
+    RECORD_HISTORY_RETENTION_DAYS: int = Field(default=365, ge=0)
+    RECORD_HISTORY_PRUNE_INTERVAL: Duration = Field(default=600, ge=1)
+    RECORD_HISTORY_PRUNE_BATCH: int = Field(default=1000, ge=1, le=10_000)
+    RECORD_HISTORY_PRUNE_MAX_BATCHES: int = Field(default=20, ge=1)

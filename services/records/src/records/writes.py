@@ -13,7 +13,7 @@ import asyncpg
 from crm.common.v1 import common_pb2
 from crmkit.authz import Access
 from crmkit.errors import AlreadyExists, InvalidArgument, NotFound
-from records import links, outbox
+from records import history, links, outbox
 from records.context import RequestContext
 from records.ddl import foreign_key_name, unique_index_name
 from records.inputs import Prepared
@@ -69,6 +69,8 @@ async def create(
         + outbox.outbox_cte(
             "ob", "ins", obj, ctx.principal, params, action=outbox.CREATED, cause=outbox.WRITE
         )
+        + ", "
+        + history.history_cte("hi", "ins", obj, ctx.principal, params, action=history.CREATED)
         + " SELECT s.id::text, coalesce(s.shown, s.after)::text FROM ins s"
     )  # fmt: skip
     found = await _run(connection, sql, params, obj, rows)
@@ -184,6 +186,8 @@ async def update(
         f"chg AS (SELECT s.*, {_CHANGED} AS changed FROM upd s), "
         + outbox.outbox_cte("ob", "chg", obj, ctx.principal, params,
                             action=outbox.UPDATED, cause=outbox.WRITE, changed="s.changed")
+        + ", " + history.history_cte("hi", "chg", obj, ctx.principal, params,
+                                     action=history.UPDATED, changed="s.changed")
         + " SELECT s.id::text, coalesce(s.shown, s.after)::text, s.changed FROM chg s"
     )  # fmt: skip
     rows = await _run(connection, sql, params, obj, None)
@@ -202,8 +206,10 @@ async def set_deleted(
     record_id: str | None = None,
     node: common_pb2.Filter | None = None,
     cause: str = outbox.WRITE,
+    merged_into: str | None = None,
 ) -> list[Written]:
-    """Soft delete (deleted=True) or restore rows: by id, or every row matching `node`."""
+    """Soft delete (deleted=True) or restore rows: by id, or every row matching `node`.
+    `merged_into`: the merge target that absorbs the deleted row (for its history)."""
     params = Params()
     where: list[str] = []
     if record_id is not None:
@@ -217,6 +223,10 @@ async def set_deleted(
     action = outbox.DELETED if deleted else outbox.UPDATED
     if not deleted:
         cause = outbox.RESTORE if cause == outbox.WRITE else cause
+    entry = history.DELETED if deleted else history.RESTORED
+    related = "NULL::uuid"
+    if merged_into is not None:
+        entry, related = history.MERGED, params.add(merged_into, "uuid")
     sql = (
         f"WITH {_target_cte(obj, where)}, "
         f"upd AS (UPDATE {obj.table} AS t SET \"deletedAt\" = {value}, \"updatedAt\" = {NOW} "
@@ -224,6 +234,8 @@ async def set_deleted(
         f"WHERE t.id = o.id RETURNING t.id, {obj.json_expression('t')} AS after, o.before), "
         + outbox.outbox_cte("ob", "upd", obj, ctx.principal, params, action=action, cause=cause,
                             changed="ARRAY['deletedAt']")
+        + ", " + history.history_cte("hi", "upd", obj, ctx.principal, params, action=entry,
+                                     related=related)
         + " SELECT s.id::text, s.after::text FROM upd s"
     )  # fmt: skip
     rows = await _run(connection, sql, params, obj, None)
@@ -281,7 +293,14 @@ async def merge(
             raise NotFound(f"{obj.name_singular} {value} not found", field=field)
     await links.require_repointable(connection, ctx, obj, source, target)
     deleted = await set_deleted(
-        connection, ctx, obj, access, deleted=True, record_id=source, cause=outbox.MERGE
+        connection,
+        ctx,
+        obj,
+        access,
+        deleted=True,
+        record_id=source,
+        cause=outbox.MERGE,
+        merged_into=target,
     )
     params = Params()
     src = params.add(source, "uuid")
@@ -294,6 +313,8 @@ async def merge(
         f"chg AS (SELECT s.*, {_CHANGED} AS changed FROM upd s), "
         + outbox.outbox_cte("ob", "chg", obj, ctx.principal, params, action=outbox.UPDATED,
                             cause=outbox.MERGE, changed="s.changed")
+        + ", " + history.history_cte("hi", "chg", obj, ctx.principal, params,
+                                     action=history.MERGED, changed="s.changed", related=src)
         + " SELECT s.after::text FROM chg s"
     )  # fmt: skip
     merged = await _run(connection, sql, params, obj, None)
@@ -320,13 +341,16 @@ async def _repoint(
     if relation.target_object_id == holder.id:
         where.append(f"t.id <> {params.add(target, 'uuid')}")
     new = params.add(target, "uuid")
+    changed = f"ARRAY[{_text(relation.key)}]"
     sql = (
         f"WITH {_target_cte(holder, where)}, "
         f"upd AS (UPDATE {holder.table} AS t SET {column} = {new}, \"updatedAt\" = {NOW} "
         f"FROM target o WHERE t.id = o.id "
         f"RETURNING t.id, {holder.json_expression('t')} AS after, o.before), "
         + outbox.outbox_cte("ob", "upd", holder, ctx.principal, params, action=outbox.UPDATED,
-                            cause=outbox.MERGE, changed=f"ARRAY[{_text(relation.key)}]")
+                            cause=outbox.MERGE, changed=changed)
+        + ", " + history.history_cte("hi", "upd", holder, ctx.principal, params,
+                                     action=history.UPDATED, changed=changed)
         + " SELECT count(*) FROM upd"
     )  # fmt: skip
     count: int = await connection.fetchval(sql, *params.values)

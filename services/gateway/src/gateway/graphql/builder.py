@@ -4,7 +4,8 @@ For each object (type name `T` from the singular name):
   types    T, TConnection, TEdge, TAggregate, TAggregateValues; enums T<Field>Enum
   inputs   TFilter, TOrderBy, TCreateInput, TUpdateInput
   query    <plural>(filter, orderBy, limit, first, after, last, before), <singular>(id),
-           <plural>Aggregate(filter)
+           <singular>History(id, first, after, fields, since, until), <plural>Aggregate(filter)
+  field    history(first, after) on T (unless T has a field named `history`)
   mutation create<S>, create<P>, update<S>, update<P>, delete<S>, delete<P>, restore<S>
 
 Generated classes are created blank first and filled in a second pass, so relations refer to
@@ -34,6 +35,7 @@ from gateway.datamodel.model import (
     FieldType,
     ObjectModel,
 )
+from gateway.graphql import history
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import GeneratedTypes, SchemaPart
 from gateway.graphql.records import RecordOperations, resolve_many_to_one, resolve_one_to_many
@@ -194,7 +196,7 @@ class SchemaBuilder:
     def __init__(self, model: DataModel, static: StaticNames) -> None:
         self.model = model
         self.static = static
-        self.registry = TypeRegistry(static.types)
+        self.registry = TypeRegistry(static.types | history.TYPE_NAMES)
         self.objects: dict[str, ObjectTypes] = {}
         self.query: dict[str, Any] = {}
         self.mutation: dict[str, Any] = {}
@@ -320,6 +322,18 @@ class SchemaBuilder:
             value = self._value_annotation(types, f, for_input=False)
             annotation = value if f.name in _NON_NULL_OUTPUT else value | None
             self._plain_field(annotations, attributes, f.name, annotation, description)
+        if obj.field(history.FIELD_NAME) is None:
+            attributes[history.FIELD_NAME] = strawberry.field(
+                name=history.FIELD_NAME,
+                description="Changes of this record, newest first.",
+                resolver=_resolver(
+                    history.field_resolver(obj),
+                    "resolve_history",
+                    history.FIELD_ARGUMENTS,
+                    history.HistoryConnection,
+                    with_root=True,
+                ),
+            )
         _fill(types.record, annotations, attributes)
 
     @staticmethod
@@ -513,6 +527,14 @@ class SchemaBuilder:
         maybe_record = types.record | None
         self._add(
             self.query, obj.singular, ops.get, (id_arg,), maybe_record, f"One {obj.singular} by id."
+        )
+        self._add(
+            self.query,
+            f"{obj.singular}History",
+            history.query_resolver(obj),
+            (id_arg, *history.QUERY_ARGUMENTS),
+            history.HistoryConnection,
+            f"Changes of one {obj.singular}, newest first.",
         )
         self._add(
             self.query,

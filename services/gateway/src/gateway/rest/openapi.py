@@ -528,6 +528,23 @@ def _operations(model: DataModel, obj: ObjectModel) -> dict[str, Schema]:
                 ),
             }
         },
+        f"/rest/{plural}/{{id}}/history": {
+            "parameters": [_ID],
+            "get": {
+                "operationId": f"history_of_{obj.singular}",
+                "summary": f"Changes of a {obj.singular}, newest first",
+                "tags": tag,
+                "parameters": _HISTORY_PARAMETERS,
+                "responses": _responses(
+                    "200",
+                    "A page of history entries.",
+                    _data(
+                        {"type": "array", "items": _ref("HistoryEntry")},
+                        pageInfo=_ref("PageInfo"),
+                    ),
+                ),
+            },
+        },
         f"/rest/restore/{plural}/{{id}}": {
             "parameters": [_ID],
             "patch": {
@@ -539,6 +556,34 @@ def _operations(model: DataModel, obj: ObjectModel) -> dict[str, Schema]:
         },
     }
 
+
+_TIME_PARAMETER = {"type": "string", "format": "date-time"}
+_HISTORY_PARAMETERS = [
+    _limit(),
+    _AFTER,
+    {
+        "name": "field",
+        "in": "query",
+        "required": False,
+        "description": "Only updates that changed one of these fields (comma-separated).",
+        "schema": {"type": "string"},
+    },
+    {
+        "name": "since",
+        "in": "query",
+        "required": False,
+        "description": "Entries at or after this time (RFC 3339 with an offset).",
+        "schema": _TIME_PARAMETER,
+    },
+    {
+        "name": "until",
+        "in": "query",
+        "required": False,
+        "description": "Entries before this time (RFC 3339 with an offset).",
+        "schema": _TIME_PARAMETER,
+    },
+]
+_NULLABLE_ID = {"type": ["string", "null"], "format": "uuid"}
 
 _COMMON_SCHEMAS: dict[str, Schema] = {
     "Error": {
@@ -610,6 +655,50 @@ _COMMON_SCHEMAS: dict[str, Schema] = {
             "sourceId": {"type": "string", "format": "uuid"},
             "sourceDeletedAt": {"type": ["string", "null"], "format": "date-time"},
             "relationsRepointed": {"type": "integer", "minimum": 0},
+        },
+    },
+    "HistoryEntry": {
+        "type": "object",
+        "required": [
+            "id",
+            "object",
+            "recordId",
+            "action",
+            "occurredAt",
+            "actor",
+            "changes",
+            "mergedFrom",
+            "mergedInto",
+        ],
+        "properties": {
+            "id": {"type": "string", "description": "Also the entry's cursor."},
+            "object": {"type": "string"},
+            "recordId": {"type": "string", "format": "uuid"},
+            "action": {
+                "type": "string",
+                "enum": ["created", "updated", "deleted", "restored", "merged"],
+            },
+            "occurredAt": {"type": "string", "format": "date-time"},
+            "actor": {
+                "type": "object",
+                "required": ["kind", "userId", "credentialId", "workflowId"],
+                "properties": {
+                    "kind": {"type": "string"},
+                    "userId": {"type": ["string", "null"]},
+                    "credentialId": {"type": ["string", "null"]},
+                    "workflowId": {"type": ["string", "null"]},
+                },
+            },
+            "changes": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["field", "old", "new"],
+                    "properties": {"field": {"type": "string"}, "old": {}, "new": {}},
+                },
+            },
+            "mergedFrom": _NULLABLE_ID,
+            "mergedInto": _NULLABLE_ID,
         },
     },
     "Group": {
