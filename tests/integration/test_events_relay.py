@@ -18,6 +18,7 @@ import pytest
 from crm.events.v1 import events_pb2
 from crm.records.v1 import records_pb2 as rp
 from crm.records.v1 import records_pb2_grpc
+from crmkit.messaging import previous_record_json
 from crmstack.ports import free_port, wait_for_port
 from crmstack.processes import ManagedProcess
 from crmstack.stack import Stack
@@ -80,9 +81,13 @@ def test_every_change_is_published_with_its_id_subject_and_trace(
     created, updated, deleted, restored = (e.event for e in events)
     assert events[0].headers["traceparent"].split("-")[1] == trace_id
     assert created.trace_context["traceparent"].split("-")[1] == trace_id
-    assert created.previous_record_json == b""
+    assert previous_record_json(created) == b""
     assert orjson.loads(created.record_json)["city"] == "A"
-    assert orjson.loads(updated.previous_record_json)["city"] == "A"
+    assert updated.previous_record_json == b""  # the record travels once
+    replaced = orjson.loads(updated.previous_values_json)
+    assert replaced["city"] == "A"
+    assert "id" not in replaced
+    assert orjson.loads(previous_record_json(updated))["city"] == "A"
     assert orjson.loads(updated.record_json)["city"] == "B"
     assert list(updated.changed_fields) == ["city"]
     assert orjson.loads(deleted.record_json)["deletedAt"] is not None
@@ -113,7 +118,7 @@ def test_concurrent_writers_keep_each_records_order(ws: Workspace, local_stack: 
         # event before it, and the last one is the record as stored.
         assert [e.sequence for e in mine] == sorted(e.sequence for e in mine)
         for before, after in itertools.pairwise(mine):
-            assert orjson.loads(after.previous_record_json) == orjson.loads(before.record_json)
+            assert orjson.loads(previous_record_json(after)) == orjson.loads(before.record_json)
         assert orjson.loads(mine[-1].record_json) == ws.get("person", person["id"])
 
 
