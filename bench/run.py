@@ -77,6 +77,8 @@ WORKLOADS = (
     Workload("webhook_retries", "bench.bench_webhook_retries"),
     Workload("subscriptions", "bench.bench_subscriptions"),
     Workload("workflows", "bench.bench_workflows"),
+    Workload("relay", "bench.bench_relay"),
+    Workload("events", "bench.bench_events"),
 )
 
 
@@ -317,7 +319,7 @@ def main() -> None:
             service_pids={
                 name: instances[0].process.pid or 0
                 for name, instances in stack.instances.items()
-                if name in ("gateway", "records", "webhooks")
+                if name in ("gateway", "records", "webhooks", "workflows")
             },
         )
         if args.profile:

@@ -1,4 +1,4 @@
-"""Outbox rows as JetStream messages: envelope fields, size trimming and per-record waves."""
+"""Outbox rows as JetStream messages: envelope fields, the record carried once, size trimming."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from crm.common.v1 import common_pb2
 from crm.events.v1 import events_pb2
-from records.envelope import Message, OutboxRow, message_of, waves
+from crmkit.messaging import previous_record_json
+from records.envelope import Message, OutboxRow, message_of
 from records.relay import _publish_span
 
 WS = "11111111-2222-4333-8444-555555555555"
@@ -58,7 +59,7 @@ def test_message_carries_subject_id_trace_and_envelope() -> None:
     assert event.actor.kind == common_pb2.PRINCIPAL_KIND_API_KEY
     assert event.actor.credential_id == "k1"
     assert orjson.loads(event.record_json) == {"id": "r1", "city": "B"}
-    assert orjson.loads(event.previous_record_json) == {"id": "r1", "city": "A"}
+    assert orjson.loads(previous_record_json(event)) == {"id": "r1", "city": "A"}
     assert event.occurred_at.ToDatetime(tzinfo=UTC) == datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
     assert event.sequence == 7
     assert list(event.changed_fields) == ["city"]
@@ -66,23 +67,28 @@ def test_message_carries_subject_id_trace_and_envelope() -> None:
     assert not event.record_omitted
 
 
-def test_previous_record_is_rebuilt_from_the_values_the_change_replaced() -> None:
+def test_the_record_travels_once_and_the_previous_record_is_rebuilt_from_it() -> None:
     stored = row(
         record='{"id": "r1", "city": "B", "name": "Ada", "updatedAt": "2"}',
         previous_record='{"city": "A", "updatedAt": "1"}',
     )
     event = decode(message_of(stored, 10**6))
-    previous = orjson.loads(event.previous_record_json)
+    assert event.previous_record_json == b""  # only the replaced values travel
+    assert orjson.loads(event.previous_values_json) == {"city": "A", "updatedAt": "1"}
+    previous = orjson.loads(previous_record_json(event))
     assert previous == {"id": "r1", "city": "A", "name": "Ada", "updatedAt": "1"}
     assert list(previous) == ["id", "city", "name", "updatedAt"]  # the record's key order
     unchanged = decode(message_of(row(previous_record="{}"), 10**6))
-    assert orjson.loads(unchanged.previous_record_json) == {"id": "r1", "city": "B"}
+    assert orjson.loads(previous_record_json(unchanged)) == {"id": "r1", "city": "B"}
+    # An event from a relay that sent the whole before state reads as it did.
+    whole = events_pb2.RecordEvent(record_json=b'{"id": "r1"}', previous_record_json=b'{"a": 1}')
+    assert previous_record_json(whole) == b'{"a": 1}'
 
 
 def test_created_has_no_previous_record_and_bad_trace_context_is_ignored() -> None:
     created = row(action="created", previous_record=None, trace_context="[]")
     event = decode(message_of(created, 10**6))
-    assert event.previous_record_json == b""
+    assert previous_record_json(event) == b""
     assert dict(event.trace_context) == {}
 
 
@@ -91,21 +97,13 @@ def test_oversized_envelopes_drop_previous_then_record() -> None:
     limit = 8 * 1024 + 70_000  # room for one copy of the record, not two
     event = decode(message_of(row(record=big, previous_record=big), limit))
     assert event.previous_record_omitted
-    assert event.previous_record_json == b""
+    assert previous_record_json(event) == b""
     assert not event.record_omitted
     assert orjson.loads(event.record_json)["id"] == "r1"
     event = decode(message_of(row(record=big, previous_record=big), 8 * 1024 + 20_000))
     assert event.previous_record_omitted
     assert event.record_omitted
     assert event.record_id == "r1"
-
-
-def test_waves_hold_each_record_once_in_sequence_order() -> None:
-    records = ["a", "b", "a", "c", "a", "b"]
-    messages = [message_of(row(sequence=i, record_id=r), 10**6) for i, r in enumerate(records)]
-    split = waves(messages)
-    assert [[m.sequence for m in wave] for wave in split] == [[0, 1, 3], [2, 5], [4]]
-    assert waves([]) == []
 
 
 def test_publish_continues_the_stored_trace_and_sends_its_own_span(

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import nats
+import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js.api import (
@@ -44,6 +46,39 @@ RECORD_ACTION_NAMES: dict[events_pb2.RecordAction, str] = {
 
 def record_subject(workspace_id: str, object_name: str, action: str) -> str:
     return f"crm.records.{workspace_id}.{object_name}.{action}"
+
+
+def previous_record_json(event: events_pb2.RecordEvent) -> bytes:
+    """The whole record before the change (b"" for created, or when left out for size).
+
+    The relay sends the before state once, as the values the change replaced
+    (`previous_values_json`), and the record after it; the before state is the record overlaid
+    with them. An event that carries the whole before state (`previous_record_json`) is read
+    as it is.
+    """
+    if event.previous_record_json:
+        return event.previous_record_json
+    if not event.previous_values_json or not event.record_json:
+        return b""
+    replaced = orjson.loads(event.previous_values_json)
+    if not replaced:
+        return event.record_json
+    return orjson.dumps({**orjson.loads(event.record_json), **replaced})
+
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def subject_address(subject: str) -> tuple[str, str, str] | None:
+    """(workspace, object, action) of a record event's subject, None when it is not one.
+
+    Consumers route on it before decoding the payload: the relay builds the subject from the
+    same row as the payload, so both name the same workspace, object and action.
+    """
+    parts = subject.split(".")
+    if len(parts) != 5 or parts[4] not in RECORD_ACTIONS or not _UUID.match(parts[2]):
+        return None
+    return parts[2], parts[3], parts[4]
 
 
 def metadata_subject(workspace_id: str) -> str:

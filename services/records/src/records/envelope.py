@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -21,6 +21,7 @@ from crmkit.messaging import RECORD_ACTIONS, record_subject
 from crmkit.telemetry import TRACE_HEADERS
 
 MSG_ID_HEADER = "Nats-Msg-Id"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Room left for the subject, headers and protocol framing under the server's max_payload.
 _FRAMING_ALLOWANCE = 8 * 1024
 
@@ -46,7 +47,7 @@ _ACTOR_KINDS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class OutboxRow:
     sequence: int
     event_id: str
@@ -81,8 +82,10 @@ class Message:
 
 
 def record_event(row: OutboxRow) -> events_pb2.RecordEvent:
-    occurred_at = Timestamp()
-    occurred_at.FromDatetime(row.occurred_at)
+    since = row.occurred_at - _EPOCH  # exact, and cheaper than Timestamp.FromDatetime
+    occurred_at = Timestamp(
+        seconds=since.days * 86400 + since.seconds, nanos=since.microseconds * 1000
+    )
     event = events_pb2.RecordEvent(
         id=row.event_id,
         workspace_id=row.workspace_id,
@@ -92,7 +95,7 @@ def record_event(row: OutboxRow) -> events_pb2.RecordEvent:
         cause=_CAUSES.get(row.cause, events_pb2.CHANGE_CAUSE_UNSPECIFIED),
         record_id=row.record_id,
         record_json=row.record.encode(),
-        previous_record_json=previous_record_json(row),
+        previous_values_json=(row.previous_record or "").encode(),
         actor=events_pb2.Actor(
             kind=_ACTOR_KINDS.get(row.actor_kind, common_pb2.PRINCIPAL_KIND_UNSPECIFIED),
             user_id=row.actor_user_id,
@@ -108,23 +111,13 @@ def record_event(row: OutboxRow) -> events_pb2.RecordEvent:
     return event
 
 
-def previous_record_json(row: OutboxRow) -> bytes:
-    """The whole record before the change: the record overlaid with the values the change
-    replaced (the outbox stores only those; a row holding a whole previous record gives the same).
-    """
-    if row.previous_record is None:
-        return b""
-    replaced = orjson.loads(row.previous_record)
-    return orjson.dumps({**orjson.loads(row.record), **replaced})
-
-
 def message_of(row: OutboxRow, max_payload: int) -> Message:
     """The JetStream message of a row, trimmed to fit `max_payload` (the server's limit)."""
     event = record_event(row)
     limit = max(max_payload - _FRAMING_ALLOWANCE, 1024)
     payload = event.SerializeToString()
-    if len(payload) > limit and event.previous_record_json:
-        event.previous_record_json = b""
+    if len(payload) > limit and event.previous_values_json:
+        event.previous_values_json = b""
         event.previous_record_omitted = True
         payload = event.SerializeToString()
     if len(payload) > limit:
@@ -139,24 +132,6 @@ def message_of(row: OutboxRow, max_payload: int) -> Message:
         payload=payload,
         headers=headers,
     )
-
-
-def waves(messages: Sequence[Message]) -> list[list[Message]]:
-    """Messages split so that no wave holds two messages of one record, keeping order.
-
-    Wave n holds each record's n-th message. The relay publishes a wave only once every message
-    of the waves before it is acknowledged, so a record's events reach the stream in order even
-    when a publish fails and is retried (a later event never overtakes an earlier failed one).
-    """
-    result: list[list[Message]] = []
-    seen: dict[str, int] = {}
-    for message in messages:
-        index = seen.get(message.record_id, 0)
-        seen[message.record_id] = index + 1
-        if index == len(result):
-            result.append([])
-        result[index].append(message)
-    return result
 
 
 def _trace_context(raw: str) -> dict[str, str]:

@@ -2,18 +2,19 @@
 them published.
 
 Every records replica runs it; one is active at a time. The active relay holds a session-level
-Postgres advisory lock on its own connection; the others retry the lock every second, so when
-the active process dies (its connection closes, the lock is released) another takes over. Rows
-are never lost: a row is marked published only after JetStream acknowledged it. With NATS down
-the rows wait (writes still succeed) and the relay retries with backoff; when NATS is back they
-flow, each record's events in sequence order (see `envelope.waves`). A row published but not yet
+Postgres advisory lock on its own connection; the others retry the lock every second, so when the
+active process dies (its connection closes, the lock is released) another takes over. Rows are
+never lost: a row is marked published only after JetStream acknowledged it. With NATS down the rows
+wait (writes still succeed) and the relay retries with backoff; when NATS is back they flow, each
+record's events in sequence order (see `inflight.InFlight`). Publishes are pipelined: many in
+flight, their acknowledgements read together on one reply subscription. A row published but not yet
 marked when the process dies is published again; JetStream drops the copy inside its duplicate
 window (Nats-Msg-Id), and consumers dedupe on the event id beyond it.
 
 The relay wakes on `NOTIFY records_outbox` (a statement trigger on the outbox) and polls every
-second as a fallback. Beside it, on a connection of its own so that no event waits behind them,
-the active relay updates the pending and lag gauges every second and prunes published rows
-older than the retention.
+second as a fallback. Beside it, on a connection of its own so that no event waits behind them, the
+active relay updates the pending and lag gauges every second and prunes published rows older than
+the retention.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections import deque
 from typing import Any
 
 import asyncpg
-import orjson
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
@@ -36,7 +37,8 @@ from crmkit.db import DATABASE_UNAVAILABLE
 from crmkit.messaging import RECORD_EVENTS_STREAM, ensure_record_stream
 from crmkit.outages import OutageLog
 from crmkit.telemetry import extract_context, inject_headers
-from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, message_of, waves
+from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, message_of
+from records.inflight import InFlight
 from records.metrics import RecordsMetrics
 from records.settings import RecordsSettings
 
@@ -56,7 +58,7 @@ _FETCH = (
     f"SELECT {OUTBOX_COLUMNS} FROM records.outbox WHERE published_at IS NULL "
     "ORDER BY sequence LIMIT $1"
 )
-# The next batch while the current one (`$2`) is being acknowledged.
+# The next batch while earlier ones (`$2`: read, not yet marked) are in flight.
 _FETCH_AHEAD = (
     f"SELECT {OUTBOX_COLUMNS} FROM records.outbox WHERE published_at IS NULL "
     "AND sequence <> ALL($2::bigint[]) ORDER BY sequence LIMIT $1"
@@ -74,70 +76,7 @@ _PRUNE = (
 
 
 class PublishFailed(Exception):
-    """Some messages of a wave were not acknowledged."""
-
-
-class _Wave:
-    """The acknowledgements of one wave, gathered on the relay's reply subscription.
-
-    Each message is published with reply subject `<inbox>.<wave>x<index>`; JetStream answers
-    there with its PubAck (or an error). One subscription and a dict instead of a future and
-    a timer per message (nats-py's publish_async) lets one relay publish several times faster.
-    """
-
-    def __init__(self, number: int) -> None:
-        self.prefix = f"{number}x"
-        self.waiting: dict[str, tuple[Message, trace.Span]] = {}
-        self.acknowledged: list[int] = []
-        self.error = ""
-        self.stream_missing = False
-        self.sealed = False  # every message of the wave has been handed to the client
-        self.complete = asyncio.Event()
-
-    def answer(self, token: str, msg: Msg) -> None:
-        entry = self.waiting.pop(token, None)
-        if entry is None:
-            return
-        message, span = entry
-        problem = _ack_problem(msg)
-        if problem:
-            self.error = self.error or problem
-            self.stream_missing = self.stream_missing or problem.startswith("no stream")
-        else:
-            self.acknowledged.append(message.sequence)
-        _end_span(span, problem)
-        if self.sealed and not self.waiting:
-            self.complete.set()
-
-    def seal(self) -> None:
-        self.sealed = True
-        if not self.waiting:
-            self.complete.set()
-
-    def abandon(self, reason: str) -> None:
-        """The messages still waiting count as failed (a late answer is then ignored)."""
-        for _, span in self.waiting.values():
-            _end_span(span, reason)
-        if self.waiting:
-            self.error = self.error or reason
-        self.waiting.clear()
-
-
-def _ack_problem(msg: Msg) -> str:
-    """Why JetStream did not store the message ("" when it did, duplicates included)."""
-    if msg.headers and msg.headers.get("Status") == "503":
-        return "no stream answered (no responders)"
-    try:
-        answer = orjson.loads(msg.data)
-    except orjson.JSONDecodeError:
-        return "ack: unreadable answer"
-    if not isinstance(answer, dict):
-        return "ack: unreadable answer"
-    if "error" in answer:
-        error = answer["error"]
-        detail = error.get("description", error) if isinstance(error, dict) else error
-        return f"ack: {detail}"
-    return ""
+    """Some messages were not acknowledged."""
 
 
 class OutboxRelay:
@@ -153,8 +92,8 @@ class OutboxRelay:
         self._next_prune = 0.0
         self._outage = OutageLog("database (outbox relay)", log)
         self._inbox = ""
-        self._waves = 0
-        self._wave: _Wave | None = None
+        self._runs = 0
+        self._flight: InFlight | None = None
 
     async def run(self) -> None:
         """Forever: wait to become the active relay, then publish until the connection fails."""
@@ -192,22 +131,18 @@ class OutboxRelay:
     async def _lead(self, connection: Any) -> None:
         await connection.add_listener(NOTIFY_CHANNEL, self._on_notify)
         backoff = 0.0
-        ahead: list[Message] | None = None  # the next round, read while acks were awaited
         while not connection.is_closed():
             self._wake.clear()
             try:
-                published, more, ahead = await self._publish_round(connection, ahead)
+                published = await self._drain(connection)
                 backoff = 0.0
             except PublishFailed as exc:
-                ahead = None
                 backoff = min(max(backoff * 2, 0.1), _MAX_BACKOFF_SECONDS)
                 log.warning("outbox publish failed, retrying in %.1fs: %s", backoff, exc)
                 await asyncio.sleep(backoff)
                 continue
             if published:
-                self._metrics.published.inc(published)
-            if more:
-                continue
+                continue  # rows committed meanwhile, or after the last read, go out at once
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), _POLL_SECONDS)
 
@@ -215,103 +150,125 @@ class OutboxRelay:
         self._wake.set()
 
     async def _on_ack(self, msg: Msg) -> None:
-        wave = self._wave
+        flight = self._flight
         token = msg.subject.rsplit(".", 1)[-1]
-        if wave is not None and token.startswith(wave.prefix):
-            wave.answer(token, msg)
+        if flight is not None and token.startswith(flight.prefix):
+            flight.answer(token, msg)
 
-    async def _publish_round(
-        self, connection: Any, ahead: list[Message] | None = None
-    ) -> tuple[int, bool, list[Message] | None]:
-        """Publish one batch (`ahead`, when the previous round read it); returns the rows
-        published, whether more rows may be waiting, and the next batch when it was read.
+    async def _drain(self, connection: Any) -> int:
+        """Publishes the unpublished rows until none is left; returns how many were marked.
 
-        While JetStream acknowledges this batch, the next one is read and encoded (the
-        connection is idle then): the next round starts as soon as this one is marked. It is
-        published only after every message of this one is acknowledged, so per-record order
-        holds; after a failure it is dropped and read again.
+        Publishes are pipelined: up to twice the batch size are in flight, their
+        acknowledgements read as they come and the acknowledged rows marked published a batch
+        at a time; the next batch is read while earlier ones are in flight (rows read but not
+        yet marked are left out of that read). A message waits only while an earlier one of
+        its record is in flight (`InFlight.blocks`). On a failure nothing more is published:
+        what was acknowledged is marked, and the next run reads the rest again in order.
         """
         if not self._nats.is_connected:
             raise PublishFailed("NATS is not connected")
         batch = self._settings.OUTBOX_RELAY_BATCH_SIZE
-        messages = ahead
-        if messages is None:
-            messages = self._messages(await connection.fetch(_FETCH, batch))
-        if not messages:
-            return 0, False, None
+        queue = deque(self._messages(await connection.fetch(_FETCH, batch)))
+        if not queue:
+            return 0
         if not self._stream_ready:
             await self._ensure_stream()
         if not self._inbox:  # the client subscribes again by itself after a reconnect
             inbox = self._nats.new_inbox()
             await self._nats.subscribe(f"{inbox}.*", cb=self._on_ack)
             self._inbox = inbox
-        more = len(messages) == batch
-        reading = (
-            asyncio.create_task(self._read_ahead(connection, batch, messages)) if more else None
-        )
-        acknowledged: list[int] = []
-        failure: PublishFailed | None = None
+        self._runs += 1
+        flight = InFlight(self._runs)
+        self._flight = flight
+        read = {message.sequence for message in queue}  # read and not yet marked
+        more = len(queue) == batch
+        reading: asyncio.Task[list[Any]] | None = None
+        marked = 0
+
+        def absorb(rows: list[Any]) -> None:
+            nonlocal more
+            more = len(rows) == batch
+            queue.extend(self._messages(rows))
+            read.update(row[0] for row in rows)
+
         try:
-            for wave in waves(messages):
-                done, failed = await self._publish_wave(wave)
-                acknowledged.extend(done)
-                if failed:
-                    failure = PublishFailed(failed)
-                    break
+            while True:
+                # Refilled in bulk (not one message per acknowledgement): fewer, larger writes.
+                if len(flight.waiting) <= 2 * batch - max(batch // 2, 1):
+                    await self._publish_queued(flight, queue, 2 * batch)
+                if reading is None and more and len(queue) < batch and not flight.error:
+                    reading = asyncio.create_task(connection.fetch(_FETCH_AHEAD, batch, list(read)))
+                    reading.add_done_callback(lambda _: flight.changed.set())
+                if reading is not None and reading.done():
+                    absorb(reading.result())
+                    reading = None
+                    continue
+                settled = not queue and not flight.waiting and reading is None
+                if flight.error or settled or len(flight.acknowledged) >= batch:
+                    if reading is not None:  # one statement at a time on the connection
+                        absorb(await reading)
+                        reading = None
+                    marked += await self._mark(connection, flight, read)
+                    if flight.error:
+                        raise PublishFailed(flight.error)
+                    if settled:
+                        return marked
+                    continue
+                await self._await_answers(flight)
         finally:
-            following = await reading if reading is not None else None
-        if acknowledged:
-            await connection.execute(_MARK, acknowledged)
-        if failure is not None:
-            if acknowledged:
-                self._metrics.published.inc(len(acknowledged))
-            raise failure
-        return len(acknowledged), more, following
+            if reading is not None:
+                await asyncio.gather(reading, return_exceptions=True)
+            flight.abandon("relay stopped")
+            self._flight = None
+            if flight.stream_missing:
+                self._stream_ready = False  # the stream is gone: create it again
+
+    async def _publish_queued(self, flight: InFlight, queue: deque[Message], limit: int) -> None:
+        """Publishes queued messages in order while none of them waits for its record."""
+        while queue and not flight.error and len(flight.waiting) < limit:
+            message = queue[0]
+            if flight.blocks(message):
+                return
+            queue.popleft()
+            span, headers = _publish_span(message)
+            token = flight.add(message, span)
+            try:
+                await self._nats.publish(
+                    message.subject,
+                    message.payload,
+                    reply=f"{self._inbox}.{token}",
+                    headers=headers,
+                )
+            except Exception as exc:  # any client error: retry the rest later
+                flight.unsent(token, f"publish: {type(exc).__name__}: {exc}")
+
+    async def _await_answers(self, flight: InFlight) -> None:
+        """Until an answer or the read ahead came (since the last call); fails the messages not
+        answered within OUTBOX_PUBLISH_TIMEOUT."""
+        timeout = self._settings.OUTBOX_PUBLISH_TIMEOUT
+        if not flight.changed.is_set():
+            oldest = flight.oldest()
+            left = timeout if oldest is None else oldest + timeout - time.monotonic()
+            if left > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(flight.changed.wait(), left)
+        flight.changed.clear()
+        oldest = flight.oldest()
+        if oldest is not None and time.monotonic() - oldest >= timeout:
+            flight.abandon("no acknowledgement in time")
+
+    async def _mark(self, connection: Any, flight: InFlight, read: set[int]) -> int:
+        acknowledged = flight.take_acknowledged()
+        if not acknowledged:
+            return 0
+        await connection.execute(_MARK, acknowledged)
+        read.difference_update(acknowledged)
+        self._metrics.published.inc(len(acknowledged))
+        return len(acknowledged)
 
     def _messages(self, rows: list[Any]) -> list[Message]:
         max_payload = self._nats.max_payload
         return [message_of(OutboxRow.of(tuple(row)), max_payload) for row in rows]
-
-    async def _read_ahead(
-        self, connection: Any, batch: int, in_flight: list[Message]
-    ) -> list[Message]:
-        rows = await connection.fetch(_FETCH_AHEAD, batch, [m.sequence for m in in_flight])
-        return self._messages(rows)
-
-    async def _publish_wave(self, wave: list[Message]) -> tuple[list[int], str]:
-        """Sequences acknowledged, and why the others were not ("" when all were)."""
-        self._waves += 1
-        pending = _Wave(self._waves)
-        self._wave = pending
-        try:
-            for index, message in enumerate(wave):
-                span, headers = _publish_span(message)
-                token = f"{pending.prefix}{index}"
-                pending.waiting[token] = (message, span)
-                try:
-                    await self._nats.publish(
-                        message.subject,
-                        message.payload,
-                        reply=f"{self._inbox}.{token}",
-                        headers=headers,
-                    )
-                except Exception as exc:  # any client error: retry the rest later
-                    del pending.waiting[token]
-                    error = f"publish: {type(exc).__name__}: {exc}"
-                    _end_span(span, error)
-                    pending.error = error
-                    break
-            pending.seal()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    pending.complete.wait(), self._settings.OUTBOX_PUBLISH_TIMEOUT
-                )
-            pending.abandon("no acknowledgement in time")
-        finally:
-            self._wave = None
-        if pending.stream_missing:
-            self._stream_ready = False  # the stream is gone: create it again
-        return pending.acknowledged, pending.error
 
     async def _ensure_stream(self) -> None:
         try:
@@ -363,6 +320,8 @@ def _publish_span(message: Message) -> tuple[trace.Span, dict[str, str]]:
     and the message headers carrying that span's context onward. Rows written outside any
     trace are published without a span rather than starting a trace each."""
     headers = dict(message.headers)
+    if "traceparent" not in headers:
+        return trace.INVALID_SPAN, headers
     parent = extract_context(headers)
     if not trace.get_current_span(parent).get_span_context().is_valid:
         return trace.INVALID_SPAN, headers
@@ -380,9 +339,3 @@ def _publish_span(message: Message) -> tuple[trace.Span, dict[str, str]]:
     with trace.use_span(span, end_on_exit=False):
         inject_headers(headers)
     return span, headers
-
-
-def _end_span(span: trace.Span, error: str) -> None:
-    if error:
-        span.set_status(trace.Status(trace.StatusCode.ERROR, error))
-    span.end()

@@ -3,16 +3,17 @@
 Every deliverer replica pulls from one durable consumer (`webhooks-deliverer`, explicit ack), so
 each event goes to one replica at a time. Events no active webhook wants (`webhooks.routes`, the
 cached routes, checked against the committed routing version in the same round trip) are
-acknowledged without being written. The others are turned into rows with one statement: the
-events that match an active webhook of their workspace (exact operation, `<object>.*`,
-`*.<action>` or `*.*`) are stored once, with one delivery per matching webhook, leased to this
-process and handed to the dispatcher as far as it has room (the rest are queued due, for its
-claims). Both inserts are idempotent on ids (an event delivered twice by JetStream adds nothing),
-and the messages are acknowledged only after the rows commit, so a crash before that makes
-JetStream send them again; a leased delivery whose process died is due again when its lease ends.
+acknowledged without being written, or decoded: the routes are matched on the subject. The others
+are turned into rows with one statement: the events that match an active webhook of their workspace
+(exact operation, `<object>.*`, `*.<action>` or `*.*`) are stored once, with one delivery per
+matching webhook, leased to this process and handed to the dispatcher as far as it has room (the
+rest are queued due, for its claims). Both inserts are idempotent on ids (an event delivered twice
+by JetStream adds nothing), and the messages are acknowledged only after the rows commit, so a
+crash before that makes JetStream send them again; a leased delivery whose process died is due
+again when its lease ends.
 
-Each event is a consumer span continuing the trace carried in its NATS headers; the span's
-context is stored with the event, so the delivery attempts continue the same trace.
+Each event is a consumer span continuing the trace carried in its NATS headers; the span's context
+is stored with the event, so the delivery attempts continue the same trace.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from crmkit.messaging import (
     RECORD_EVENTS_STREAM,
     durable_record_consumer,
     fetch_batches,
+    previous_record_json,
+    subject_address,
 )
 from crmkit.telemetry import TRACE_HEADERS, extract_context, inject_headers, span_recordable
 from webhooks.dispatcher import Claimed, Dispatcher, Room
@@ -140,14 +143,48 @@ def decode(data: bytes) -> DecodedEvent | None:
         action=action,
         record_id=event.record_id,
         record=event.record_json.decode() if event.record_json else None,
-        previous_record=(
-            event.previous_record_json.decode() if event.previous_record_json else None
-        ),
+        previous_record=previous_record_json(event).decode() or None,
         occurred_at=event.occurred_at.ToDatetime(tzinfo=UTC),
         sequence=event.sequence,
         record_omitted=event.record_omitted,
         previous_record_omitted=event.previous_record_omitted,
     )
+
+
+Addressed = tuple[str, str, str, Msg]  # workspace, object, action (from the subject), message
+
+
+class _Batch:
+    """The messages of one fetch, decoded only when a route wants them (once each)."""
+
+    def __init__(self) -> None:
+        self.addressed: list[Addressed] = []
+        self._decoded: dict[int, DecodedEvent | None] = {}
+        self._spans: list[trace.Span] = []
+
+    def decoded(self, wanted: list[Addressed]) -> list[DecodedEvent]:
+        events: list[DecodedEvent] = []
+        for _, _, _, message in wanted:
+            key = id(message)
+            if key not in self._decoded:
+                self._decoded[key] = self._decode(message)
+            event = self._decoded[key]
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _decode(self, message: Msg) -> DecodedEvent | None:
+        event = decode(message.data)
+        if event is None:
+            log.warning("skipping a message that is not a record event: %s", message.subject)
+            return None
+        span, carried = _process_span(message, event.id)
+        self._spans.append(span)
+        return replace(event, trace_context=carried)
+
+    def end_spans(self) -> None:
+        for span in self._spans:
+            span.end()
 
 
 class Intake:
@@ -177,59 +214,57 @@ class Intake:
             await self._handle(messages)
 
     async def _handle(self, messages: list[Msg]) -> None:
-        events: list[DecodedEvent] = []
-        spans: list[trace.Span] = []
+        batch = _Batch()
         for message in messages:
-            event = decode(message.data)
-            if event is None:
+            address = subject_address(message.subject)
+            if address is None:
                 log.warning("skipping a message that is not a record event: %s", message.subject)
             else:
-                span, carried = _process_span(message, event.id)
-                spans.append(span)
-                events.append(replace(event, trace_context=carried))
+                batch.addressed.append((*address, message))
         try:
-            await self._store_all(events)
+            await self._store_all(batch)
         finally:
-            for span in spans:
-                span.end()
+            batch.end_spans()
         for message in messages:
             try:
                 await message.ack()
             except Exception as exc:  # lost ack: the event comes again and adds nothing
                 log.debug("ack failed: %s", exc)
 
-    async def _store_all(self, events: list[DecodedEvent]) -> None:
-        if not events:
+    async def _store_all(self, batch: _Batch) -> None:
+        if not batch.addressed:
             return
         # Not acknowledged meanwhile: JetStream would resend them after ack_wait anyway.
         queued = await retry_while_unavailable(
-            lambda: self._route(events), "cannot store events", log
+            lambda: self._route(batch), "cannot store events", log
         )
-        self._metrics.events.inc(len(events))
+        self._metrics.events.inc(len(batch.addressed))
         if queued:
             self._metrics.deliveries_queued.inc(queued)
 
-    async def _route(self, events: list[DecodedEvent]) -> int:
-        """Queues the deliveries of the events some webhook wants; returns how many. The
-        events the cached routes passed over are matched again whenever the statement saw
-        another routing version than the cache's (a webhook changed), until they agree."""
+    async def _route(self, batch: _Batch) -> int:
+        """Queues the deliveries of the events some webhook wants; returns how many. Routed on
+        the subjects, so an event no cached route wants is never decoded. The events the cached
+        routes passed over are matched again whenever the statement saw another routing
+        version than the cache's (a webhook changed), until they agree."""
         if not self._routes.version:
             await self._reload_routes()
         queued = 0
-        left = events
+        left = batch.addressed
         while True:
             routes = self._routes
-            wanted = [e for e in left if routes.wants(e.workspace_id, e.object, e.action)]
-            if wanted:
-                version, count = await self._store(wanted)
+            wanted = [a for a in left if routes.wants(a[0], a[1], a[2])]
+            events = batch.decoded(wanted)
+            if events:
+                version, count = await self._store(events)
                 queued += count
             else:
                 version = int(await self._pool.fetchval(VERSION))
             if version == routes.version:
-                self._metrics.events_skipped.inc(len(left) - len(wanted))
+                self._metrics.events_skipped.inc(len(left) - len(events))
                 return queued
             await self._reload_routes()
-            left = [e for e in left if not routes.wants(e.workspace_id, e.object, e.action)]
+            left = [a for a in left if not routes.wants(a[0], a[1], a[2])]
 
     async def _reload_routes(self) -> None:
         self._routes = Routes.of(tuple(row) for row in await self._pool.fetch(LOAD))

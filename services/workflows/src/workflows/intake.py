@@ -2,11 +2,11 @@
 
 Every runner replica pulls from one durable consumer (`workflows-runner`, explicit ack), so each
 event goes to one replica at a time. For a batch, the active record-triggered workflows of the
-events' workspaces and objects are read in one query, matched in memory (crm.workflows
-triggers), and one run per (workflow, event) is inserted, idempotent on the pair. The messages
-are acknowledged only after the rows commit, so a crash before that makes JetStream send them
-again. The trace context of each message is kept on its runs, so the HTTP request continues the
-trace of the write that caused it.
+workspaces and objects its subjects name are read in one query; only the events one of them may
+want are decoded, and matched in memory (crm.workflows triggers), and one run per (workflow, event)
+is inserted, idempotent on the pair. The messages are acknowledged only after the rows commit, so a
+crash before that makes JetStream send them again. The trace context of each message is kept on its
+runs, so the HTTP request continues the trace of the write that caused it.
 """
 
 from __future__ import annotations
@@ -29,13 +29,19 @@ from crm.records.v1 import records_pb2_grpc
 from crmkit.authors import Author, AuthorAccess, AuthorUnavailable
 from crmkit.db import retry_while_unavailable
 from crmkit.filters import referenced_fields
-from crmkit.messaging import RECORD_ACTION_NAMES, durable_record_consumer, fetch_batches
+from crmkit.messaging import (
+    RECORD_ACTION_NAMES,
+    durable_record_consumer,
+    fetch_batches,
+    previous_record_json,
+    subject_address,
+)
 from crmkit.principal import PrincipalCodec, system_principal
 from crmkit.telemetry import TRACE_HEADERS
 from workflows.definitions import relation_heads
 from workflows.metrics import WorkflowsMetrics
 from workflows.settings import WorkflowsSettings
-from workflows.triggers import Event, RecordTrigger, filter_matches, wants
+from workflows.triggers import ACTION_TRIGGERS, Event, RecordTrigger, filter_matches, wants
 
 log = logging.getLogger("workflows.intake")
 
@@ -76,15 +82,14 @@ def decode(data: bytes) -> tuple[Event, events_pb2.RecordEvent] | None:
     action = RECORD_ACTION_NAMES.get(message.action)
     if action is None or not message.id or not message.workspace_id or not message.object:
         return None
+    previous = previous_record_json(message)
     event = Event(
         id=message.id,
         workspace_id=message.workspace_id,
         object=message.object,
         action=action,
         record=orjson.loads(message.record_json) if message.record_json else None,
-        previous_record=(
-            orjson.loads(message.previous_record_json) if message.previous_record_json else None
-        ),
+        previous_record=orjson.loads(previous) if previous else None,
         changed_fields=frozenset(message.changed_fields),
         actor_workflow_id=message.actor.workflow_id,
     )
@@ -143,20 +148,20 @@ class Intake:
             await self._handle(messages)
 
     async def _handle(self, messages: list[Msg]) -> None:
-        decoded: list[tuple[Event, events_pb2.RecordEvent, Msg]] = []
+        addressed: list[tuple[str, str, str, Msg]] = []
         for message in messages:
-            found = decode(message.data)
-            if found is None:
+            address = subject_address(message.subject)
+            if address is None:
                 log.warning("skipping a message that is not a record event: %s", message.subject)
             else:
-                decoded.append((*found, message))
+                addressed.append((*address, message))
         # Not acknowledged meanwhile: JetStream would resend them after ack_wait anyway.
         queued = (
-            await retry_while_unavailable(lambda: self._queue(decoded), "cannot queue runs", log)
-            if decoded
+            await retry_while_unavailable(lambda: self._queue(addressed), "cannot queue runs", log)
+            if addressed
             else 0
         )
-        self._metrics.events.inc(len(decoded))
+        self._metrics.events.inc(len(addressed))
         if queued:
             self._metrics.runs_queued.labels("record").inc(queued)
             self._on_queued()
@@ -166,12 +171,25 @@ class Intake:
             except Exception as exc:  # lost ack: the event comes again and adds nothing
                 log.debug("ack failed: %s", exc)
 
-    async def _queue(self, decoded: list[tuple[Event, events_pb2.RecordEvent, Msg]]) -> int:
-        keys = {(event.workspace_id, event.object) for event, _, _ in decoded}
+    async def _queue(self, addressed: list[tuple[str, str, str, Msg]]) -> int:
+        """Queues the runs the events start. The triggers are read for the workspaces and
+        objects named by the subjects, after the batch arrived (so after its events committed):
+        an event is decoded only when an active workflow of its workspace may want it."""
+        keys = {(workspace_id, object_name) for workspace_id, object_name, _, _ in addressed}
         rows = await self._pool.fetch(_TRIGGERS, [key[0] for key in keys], [key[1] for key in keys])
         if not rows:
             return 0
         triggers = [RecordTrigger.of(dict(row)) for row in rows]
+        listening = {(t.workspace_id, t.object, t.type) for t in triggers}
+        decoded: list[tuple[Event, events_pb2.RecordEvent, Msg]] = []
+        for workspace_id, object_name, action, msg in addressed:
+            if (workspace_id, object_name, ACTION_TRIGGERS.get(action)) not in listening:
+                continue
+            found = decode(msg.data)
+            if found is None:
+                log.warning("skipping a message that is not a record event: %s", msg.subject)
+            else:
+                decoded.append((*found, msg))
         authored = {
             row["id"]: (
                 Author(row["author_user_id"], row["author_api_key_id"]),

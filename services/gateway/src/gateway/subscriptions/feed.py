@@ -189,28 +189,29 @@ class RecordEventFeed:
             return
         self._expected_delivery += 1
         self._next_sequence = sequence.stream + 1
-        await self._dispatch(msg)
-        # Let subscribers drain their queues between events: a burst (a batch import) then
-        # flows through instead of piling up in every queue at once.
-        await asyncio.sleep(0)
+        if await self._dispatch(msg):
+            # Let subscribers drain their queues between events: a burst (a batch import) then
+            # flows through instead of piling up in every queue at once.
+            await asyncio.sleep(0)
 
-    async def _dispatch(self, msg: Msg) -> None:
+    async def _dispatch(self, msg: Msg) -> bool:
+        """Hands the event to the local subscriptions that want it; whether any may have."""
         parts = msg.subject.split(".")
         if len(parts) != 5 or not self._wants(parts[2], parts[3], parts[4]):
-            return
+            return False
         if self._repeated((msg.headers or {}).get(_MSG_ID)):
-            return
+            return False
         try:
             change = decode_change(msg.data, msg.headers)
         except MalformedEvent as exc:
             log.warning("malformed record event skipped", extra={"error": str(exc)})
-            return
+            return False
         if change.record_omitted:
             # Rare (records near 1 MB): read inline, so this record's events stay in order.
             record = await self._load_record(change) if self._load_record else None
             if record is None:
                 log.warning("record of an event could not be read", extra={"event": change.id})
-                return
+                return False
             change = dataclasses.replace(change, record=record, record_omitted=False)
         with tracer.start_as_current_span(
             "record event fan-out",
@@ -223,6 +224,7 @@ class RecordEventFeed:
             },
         ) as span:
             span.set_attribute("crm.subscribers", self._deliver(change))
+        return True
 
     def _repeated(self, event_id: str | None) -> bool:
         """Whether this event id was dispatched recently (and remembers it)."""
