@@ -1,6 +1,7 @@
 """The gateway's executor answers exactly as graphql-core's own path: values, nulls, enums,
-aliases, `__typename`, a null in a non-null field and a value its scalar refuses (errors with
-their paths), relations beside plain fields."""
+aliases, fragments, `__typename`, nested plain objects (a connection's edges), a null in a
+non-null field and a value its scalar refuses (errors with their paths), resolved relations
+beside plain fields."""
 
 from __future__ import annotations
 
@@ -47,10 +48,20 @@ ROWS: list[dict[str, Any]] = [
 
 
 @strawberry.type
+class Edge:
+    node: Person
+    cursor: str
+
+
+@strawberry.type
 class Query:
     @strawberry.field
     def people(self) -> list[Person]:
         return ROWS  # type: ignore[return-value]
+
+    @strawberry.field
+    def edges(self) -> list[Edge]:
+        return [{"node": row, "cursor": f"c{i}"} for i, row in enumerate(ROWS)]  # type: ignore[misc]
 
 
 QUERIES = (
@@ -58,6 +69,11 @@ QUERIES = (
     "{ people { name: firstName firstName __typename } }",
     "{ people { firstName company { name } } }",
     "{ people { firstName } }",
+    "{ edges { cursor node { firstName score stage } } }",
+    "{ edges { cursor node { id firstName } } }",
+    "{ edges { node { firstName company { name } } } }",
+    "{ edges { node { ... on Person { firstName } } } }",
+    "{ edges { node { firstName } other: node { stage } } }",
 )
 
 
