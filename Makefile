@@ -14,7 +14,7 @@ IMAGE_TAG ?= dev
 
 .PHONY: install proto run stop test lint typecheck unit integration clean chromium \
 	requirements images container-test kind-test chart-check images-check bench bench-smoke fuzz \
-	bench-scale
+	bench-scale bench-peer
 
 install: $(STAMP)
 
@@ -81,6 +81,12 @@ test: lint typecheck unit chart-check images-check bench-smoke integration
 # workload beside its PostgreSQL floor; table and JSON in bench/results/. Minutes; never in `test`.
 bench: install proto
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# The project beside Directus 12.4 in one run (issue 18's ratios and budgets): the peer harness in
+# shared/peers installs Directus from the npm registry (minutes the first time); wrk, 20 s per
+# workload; never in `test`. PEER_ARGS="--seconds 10" or "--no-peer".
+bench-peer: install proto
+	$(PY) bench/peer.py $(PEER_ARGS)
 
 # Costs as the stack grows to 1,000 workspaces and 1,000,000 rows (issue #27's table, with
 # budgets); long, for a quiet machine; never in `test`. SCALE_ARGS="--workspaces 50 --rows 50000".

@@ -63,6 +63,9 @@ class BenchContext:
     profile: Callable[[str], AbstractAsyncContextManager[None]] = no_profile
     select: set[str] | None = None  # sub-workloads to run (--select); None: all
     service_pids: dict[str, int] = field(default_factory=dict)  # e.g. {"gateway": 1234}
+    # Every process of the stack by part, services and infrastructure, each with its children
+    # counted (PostgreSQL's backends): {"gateway": [pid, ...], "postgres": [postmaster], ...}.
+    process_pids: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -258,6 +261,53 @@ class CpuMeter:
             for name in after
             if name in self.before and requests > 0
         }
+
+
+class TreeCpu:
+    """CPU seconds of named process trees between start() and the reading: each root with its
+    descendants, so PostgreSQL's backends count with the postmaster. A process that starts in
+    between counts whole; one that ends in between is lost (pooled backends rarely do)."""
+
+    def __init__(self, roots: dict[str, list[int]]) -> None:
+        self.roots = roots
+        self.before: dict[int, float] = {}
+
+    def _now(self) -> dict[str, dict[int, float]]:
+        used: dict[str, dict[int, float]] = {}
+        for name, pids in self.roots.items():
+            part = used.setdefault(name, {})
+            for pid in pids:
+                try:
+                    root = psutil.Process(pid)
+                    tree = [root, *root.children(recursive=True)]
+                except psutil.Error:
+                    continue
+                for process in tree:
+                    try:
+                        times = process.cpu_times()
+                    except psutil.Error:
+                        continue
+                    part[process.pid] = times.user + times.system
+        return used
+
+    def start(self) -> None:
+        self.before = {pid: s for part in self._now().values() for pid, s in part.items()}
+
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds per part since start()."""
+        return {
+            name: sum(s - self.before.get(pid, 0.0) for pid, s in part.items())
+            for name, part in self._now().items()
+        }
+
+    def per_request(self, requests: int) -> dict[str, float]:
+        """CPU milliseconds per request of each part and their sum (`total`)."""
+        used = self.seconds()
+        if requests <= 0:
+            return {}
+        split = {name: round(s * 1000 / requests, 3) for name, s in used.items()}
+        split["total"] = round(sum(used.values()) * 1000 / requests, 3)
+        return split
 
 
 def p50_over_floor(limit_ms: float) -> tuple[str, Callable[[Result], bool]]:

@@ -71,6 +71,7 @@ class Workload:
 # In run order: the records workloads first, on a quiet machine.
 WORKLOADS = (
     Workload("records", "bench.bench_records"),
+    Workload("throughput", "bench.bench_throughput"),
     Workload("burst", "bench.bench_burst"),
     Workload("rate_limit", "bench.bench_rate_limit"),
     Workload("webhooks", "bench.bench_webhooks"),
@@ -159,6 +160,24 @@ def machine(smoke: bool, sizes: seeding.Sizes, durable: bool) -> dict[str, Any]:
         },
         "client": "one asyncio process (uvloop, aiohttp, asyncpg) on the same machine",
     }
+
+
+INFRA_NAMES = {"postgres": "postgres", "nats": "nats", "redis": "valkey"}
+
+
+def stack_processes(stack: Stack) -> dict[str, list[int]]:
+    """Every process of the stack by part (the services, PostgreSQL, NATS, Valkey): what the
+    throughput rows split their CPU over. PostgreSQL's backends are the postmaster's children."""
+    parts = {
+        name: [i.process.pid for i in instances if i.process.pid]
+        for name, instances in stack.instances.items()
+    }
+    if stack.infra is not None:
+        for server, name in INFRA_NAMES.items():
+            found = stack.infra.servers.get(server)
+            if found is not None and found.process.pid:
+                parts[name] = [found.process.pid]
+    return parts
 
 
 class ExtraGateways:
@@ -321,6 +340,7 @@ def main() -> None:
                 for name, instances in stack.instances.items()
                 if name in ("gateway", "records", "webhooks", "workflows")
             },
+            process_pids=stack_processes(stack),
         )
         if args.profile:
             pids = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import strawberry
 from graphql import GraphQLError
@@ -14,6 +15,7 @@ from strawberry.types import ExecutionContext
 
 from crmkit.errors import Internal, ServiceError
 from gateway.graphql.errors import is_request_error
+from gateway.graphql.execution import GatewayExecutionContext
 from gateway.graphql.parts import SchemaPart
 from gateway.graphql.scalars import schema_config
 
@@ -32,7 +34,12 @@ def schema_extensions() -> list[Callable[[], SchemaExtension]]:
 
 
 class GatewaySchema(strawberry.Schema):
-    """Logs only what went wrong on our side: a client's mistake is answered, not logged."""
+    """Logs only what went wrong on our side: a client's mistake is answered, not logged;
+    executes with gateway.graphql.execution's shorter path for plain scalar fields."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("execution_context_class", GatewayExecutionContext)
+        super().__init__(*args, **kwargs)
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None

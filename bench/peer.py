@@ -1,0 +1,278 @@
+"""`make bench-peer`: the project and Directus 12.4 side by side, in one run on one machine.
+
+    .venv/bin/python bench/peer.py                 # 20 s per workload, as shared/peers/load.sh
+    .venv/bin/python bench/peer.py --seconds 10    # shorter
+    .venv/bin/python bench/peer.py --no-peer       # the project's rows alone
+
+The peer is the harness in `shared/peers/` (PEER_HARNESS names its folder; by default the first
+`shared/peers` beside the checkout or one level up): `directus.sh setup` installs Directus from
+the npm registry under DIRECTUS_HOME (default /tmp/directus-peer, outside the repository; minutes
+the first time, seconds after), on the machine's PostgreSQL (PG_HOST/PG_PORT, default
+127.0.0.1:5432). Both get the same data set (1,200 people, one in ten an Engineer) and the same
+two wrk workloads as `load.sh` (c16, a filtered list of 20 and a create with a unique email); the
+project also gets them through GraphQL. CPU per request is read per process from /proc: every
+process of the project's stack, and for Directus its node process plus the PostgreSQL backends of
+its database and PostgreSQL's own auxiliary processes.
+
+Prints each row, then the ratios against the issue-18 budgets: REST create >= 6x Directus's
+creates/s, REST list >= 4x its lists/s, CPU per create <= 1.3x CPU per list, GraphQL within 1.3x
+of REST's CPU. Writes bench/results/peer.json and peer.txt. Not part of `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from bench import bench_throughput as throughput
+from bench import wrk
+from bench.benchlib import BenchContext, Result, TreeCpu, format_table, write_json
+from bench.run import BENCH_ENV, RESULTS, machine, stack_processes
+from bench.seed import SMOKE
+from crmstack.stack import Stack, StackConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+DIRECTUS_BASE = f"http://127.0.0.1:{os.environ.get('DIRECTUS_PORT', '8055')}"
+DIRECTUS_TOKEN = "bench-static-admin-token-1234567890"  # noqa: S105 (the harness's, loopback)
+DIRECTUS_LIST = "/items/people?limit=20&filter%5Bjob_title%5D%5B_eq%5D=Engineer"
+DIRECTUS_CREATE_BODY = (
+    f'{{"first_name": "W", "last_name": "K", "job_title": "Sales", "email": "{wrk.UNIQUE}@ex.com"}}'
+)
+BUDGETS = (
+    # (name, numerator row, denominator row, what is compared, budget, at least?)
+    ("REST create vs Directus creates/s", "project create", "directus create", "rate", 6.0, True),
+    ("REST list 20 vs Directus lists/s", "project list", "directus list", "rate", 4.0, True),
+    ("CPU per create / CPU per list", "project create", "project list", "cpu", 1.3, False),
+    ("GraphQL list / REST list CPU", "project graphql list", "project list", "cpu", 1.3, False),
+    ("GraphQL create / REST create CPU", "project graphql create", "project create", "cpu", 1.3,
+     False),
+)  # fmt: skip
+
+
+def harness() -> Path:
+    candidates = [os.environ.get("PEER_HARNESS", "")]
+    candidates += [str(parent / "shared" / "peers") for parent in ROOT.parents[:3]]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "directus.sh").exists():
+            return Path(candidate)
+    raise SystemExit("the peer harness (shared/peers/directus.sh) is not found: set PEER_HARNESS")
+
+
+def directus(command: str, **env: str) -> None:
+    print(f"directus.sh {command}", flush=True)
+    subprocess.run(
+        ["bash", str(harness() / "directus.sh"), command], check=True, env={**os.environ, **env}
+    )
+
+
+@dataclass
+class Row:
+    name: str
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    cpu: dict[str, float]
+
+    def line(self) -> str:
+        split = ", ".join(f"{k} {v:.2f}" for k, v in self.cpu.items() if k != "total")
+        return (
+            f"{self.name:<24} {self.rate:>9.1f} {self.p50_ms:>8.2f} {self.p99_ms:>8.2f} "
+            f"{self.errors:>6} {self.cpu.get('total', 0.0):>8.3f}  {split}"
+        )
+
+
+class DirectusCpu(TreeCpu):
+    """Directus's node process tree, its database's backends and PostgreSQL's auxiliary
+    processes (found again at each reading: backends come and go with its pool)."""
+
+    def __init__(self, node_pid: int, database_url: str) -> None:
+        super().__init__({"directus": [node_pid], "postgres": []})
+        self.database_url = database_url
+
+    async def refresh(self) -> None:
+        connection = await asyncpg.connect(self.database_url)
+        try:
+            rows = await connection.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = 'directus' OR datname IS NULL"
+            )
+        finally:
+            await connection.close()
+        self.roots["postgres"] = [row["pid"] for row in rows]
+
+
+async def directus_rows(seconds: float) -> list[Row]:
+    home = Path(os.environ.get("DIRECTUS_HOME", "/tmp/directus-peer"))  # noqa: S108 (the harness's)
+    node_pid = int((home / "pid").read_text())
+    env = os.environ.get
+    pg = (
+        f"postgresql://{env('PG_USER', 'postgres')}@{env('PG_HOST', '127.0.0.1')}:"
+        f"{env('PG_PORT', '5432')}/directus"
+    )
+    rows = []
+    for kind, request in (
+        ("list", wrk.Request(DIRECTUS_LIST, DIRECTUS_TOKEN)),
+        ("create", wrk.Request("/items/people", DIRECTUS_TOKEN, DIRECTUS_CREATE_BODY)),
+    ):
+        meter = DirectusCpu(node_pid, pg)
+        await meter.refresh()
+        meter.start()
+        run = await wrk.run(DIRECTUS_BASE, request, connections=16, seconds=seconds)
+        await meter.refresh()
+        cpu = meter.per_request(run.requests)
+        rows.append(
+            Row(
+                f"directus {kind}",
+                run.rate,
+                run.p50_ms,
+                run.p99_ms,
+                run.non2xx + run.socket_errors,
+                cpu,
+            )
+        )
+        print(rows[-1].line(), flush=True)
+    return rows
+
+
+async def project_rows(ctx: BenchContext, seconds: float) -> tuple[list[Row], list[Result]]:
+    key = await throughput.prepare(ctx.base_url)
+    names = {
+        throughput.REST_LIST_ROW.key: "project list",
+        throughput.REST_CREATE_ROW.key: "project create",
+        throughput.GRAPHQL_LIST_ROW.key: "project graphql list",
+        throughput.GRAPHQL_CREATE_ROW.key: "project graphql create",
+    }
+    rows, results = [], []
+    for workload in throughput.ROWS:
+        result = await throughput.measure(ctx, key, workload, seconds)
+        results.append(result)
+        rows.append(
+            Row(
+                names[workload.key],
+                result.requests_per_second,
+                result.p50_ms,
+                result.p99_ms,
+                result.errors,
+                result.cpu_ms_per_request,
+            )
+        )
+        print(rows[-1].line(), flush=True)
+    return rows, results
+
+
+def verdicts(rows: dict[str, Row]) -> tuple[list[str], bool]:
+    lines, ok = [], True
+    for label, top, bottom, what, budget, at_least in BUDGETS:
+        if top not in rows or bottom not in rows:
+            lines.append(f"{label:<36} not measured")
+            continue
+        if what == "rate":
+            a, b = rows[top].rate, rows[bottom].rate
+        else:
+            a, b = rows[top].cpu.get("total", 0.0), rows[bottom].cpu.get("total", 0.0)
+        ratio = a / b if b else float("inf")
+        passed = ratio >= budget if at_least else ratio <= budget
+        ok = ok and passed
+        sign = ">=" if at_least else "<="
+        lines.append(
+            f"{label:<36} {ratio:>6.2f}x  budget {sign} {budget:g}x  {'pass' if passed else 'FAIL'}"
+        )
+    for kind in ("list", "create"):
+        mine, theirs = rows.get(f"project {kind}"), rows.get(f"directus {kind}")
+        if mine and theirs and mine.cpu.get("total"):
+            lines.append(
+                f"Directus CPU / project CPU, {kind:<7}   "
+                f"{theirs.cpu.get('total', 0.0) / mine.cpu['total']:>6.2f}x  (information)"
+            )
+    return lines, ok
+
+
+async def measure_all(
+    ctx: BenchContext, seconds: float, peer: bool
+) -> tuple[list[Row], list[Result]]:
+    rows: list[Row] = []
+    if peer:
+        directus("setup")
+        directus("start")
+        try:
+            directus("seed", N=str(throughput.PEOPLE))
+            rows += await directus_rows(seconds)
+        finally:
+            directus("stop")
+    mine, results = await project_rows(ctx, seconds)
+    return rows + mine, results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the project beside Directus 12.4 (issue 18)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="per workload (load.sh: 20)")
+    parser.add_argument("--no-peer", action="store_true", help="the project's rows only")
+    parser.add_argument("--enforce-budgets", action="store_true", help="exit 1 on a FAIL")
+    args = parser.parse_args()
+    if not wrk.available():
+        raise SystemExit("wrk is not installed (apt-get install -y wrk)")
+    description: dict[str, Any] = machine(False, SMOKE, True)
+    description["data_set"] = {"people": throughput.PEOPLE}
+    description["client"] = f"wrk -t{wrk.THREADS} -c{throughput.CONNECTIONS}"
+    data_dir = Path(tempfile.mkdtemp(prefix="crm-peer-"))
+    stack = Stack(
+        StackConfig(data_dir=data_dir, app_secret=secrets.token_urlsafe(48), extra_env=BENCH_ENV)
+    )
+    print(f"starting the stack (data in {data_dir})", flush=True)
+    stack.start()
+    header = (
+        f"{'':<24} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'cpu ms':>8}  "
+        "cpu ms per request by process"
+    )
+    print(header, flush=True)
+    try:
+        ctx = BenchContext(
+            base_url=stack.base_url,
+            smoke=False,
+            database_url=stack.env["DATABASE_URL"],
+            redis_url=stack.env["REDIS_URL"],
+            nats_url=stack.env["NATS_URL"],
+            process_pids=stack_processes(stack),
+        )
+        rows, results = uvloop.run(measure_all(ctx, args.seconds, not args.no_peer))
+    finally:
+        stack.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    description["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    lines, ok = verdicts({row.name: row for row in rows})
+    text = "\n".join(
+        [
+            f"{description['cpu']}, {description['cores']} cores, load average "
+            f"{description['load_average_start']} -> {description['load_average_end']}",
+            header,
+            *(row.line() for row in rows),
+            "",
+            *lines,
+        ]
+    )
+    print()
+    print(text)
+    print()
+    print(format_table(results))
+    description["peer_rows"] = [row.__dict__ for row in rows]
+    description["budgets"] = lines
+    write_json(results, RESULTS / "peer.json", description)
+    (RESULTS / "peer.txt").write_text(text + "\n")
+    print(f"\nwritten: {RESULTS / 'peer.json'}")
+    sys.exit(1 if args.enforce_budgets and not ok else 0)
+
+
+if __name__ == "__main__":
+    main()
