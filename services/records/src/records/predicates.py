@@ -20,6 +20,7 @@ from crmkit.filters import OPERATOR_NAMES
 from records import values
 from records.model import (
     SORTABLE_TYPES,
+    TEXT_KEY_CHARS,
     TEXT_TYPES,
     UNBOUNDED_TEXT_TYPES,
     FieldModel,
@@ -266,7 +267,7 @@ class PredicateCompiler:
             else:
                 listed = self.params.add(chosen, array_cast(target.kind))
                 if target.prefixed:
-                    keys = f"(SELECT array_agg({text_key('v')}) FROM unnest({listed}) v)"
+                    keys = self.params.add([value[:TEXT_KEY_CHARS] for value in chosen], "text[]")
                     parts.append(f"({text_key(column)} = ANY({keys}) AND {column} = ANY({listed}))")
                 else:
                     parts.append(f"{column} = ANY({listed})")
