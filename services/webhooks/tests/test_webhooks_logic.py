@@ -18,9 +18,10 @@ from crmkit.errors import InvalidArgument
 from crmkit.retries import next_step, parse_retry_delays
 from examples.webhook_receiver import VerificationError, verify
 from webhooks.dispatcher import _stored_context
-from webhooks.intake import _process_span, decode
+from webhooks.intake import Pending, _process_span, decode
 from webhooks.operations import matching_patterns, validate_operations
 from webhooks.payload import EventPayload, PayloadTooLarge, build_body, iso_timestamp
+from webhooks.routes import Routes
 from webhooks.sealing import SecretBox, SecretUnavailable, new_secret
 from webhooks.servicer import validate_target_url
 from webhooks.signing import signature
@@ -250,3 +251,41 @@ def test_an_event_without_trace_context_starts_no_trace(spans: InMemorySpanExpor
     assert stored == "{}"
     for junk in ("", "{}", "[1]", "not json", '{"traceparent": 5}'):
         assert not trace.get_current_span(_stored_context(junk)).get_span_context().is_valid
+
+
+def test_decode_reads_the_instant_as_protobuf_does() -> None:
+    for moment in (
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(2026, 11, 25, 13, 14, 15, 123456, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ):
+        event = events_pb2.RecordEvent(
+            id="e1", workspace_id="w1", object="person", action=events_pb2.RECORD_ACTION_CREATED
+        )
+        event.occurred_at.FromDatetime(moment)
+        decoded = decode(event.SerializeToString())
+        assert decoded is not None
+        assert decoded.occurred_at == event.occurred_at.ToDatetime(tzinfo=UTC) == moment
+
+
+def test_a_message_is_routed_by_its_subject_and_decoded_only_when_wanted() -> None:
+    event = events_pb2.RecordEvent(
+        id="e1", workspace_id="w1", object="person", action=events_pb2.RECORD_ACTION_CREATED
+    )
+    message = Msg(
+        _client=None,  # type: ignore[arg-type]  # never used: no reply, no ack here
+        subject="crm.records.w1.person.created",
+        data=event.SerializeToString(),
+    )
+    pending = Pending.of(message)
+    assert pending.key == ("w1", "person", "created")
+    assert not pending.wanted_by(Routes(1, {"w2": frozenset({"*.*"})}))
+    assert not pending.decoded
+    assert pending.wanted_by(Routes(1, {"w1": frozenset({"person.*"})}))
+    decoded = pending.decode()
+    assert decoded is not None
+    assert decoded.id == "e1"
+    odd = Pending.of(Msg(_client=None, subject="other", data=b"junk"))  # type: ignore[arg-type]
+    assert odd.key is None
+    assert not odd.wanted_by(Routes(1, {"w1": frozenset({"*.*"})}))
+    assert odd.decoded
