@@ -245,3 +245,14 @@ def test_raw_json_depth_is_checked_without_recursion() -> None:
     for _ in range(63):
         shallow = [shallow]
     assert values.check_json(shallow, "profile") == shallow
+
+
+def test_trigram_indexes_follow_where_pg_trgm_is_installed() -> None:
+    model = WorkspaceModel.from_proto(schema(extra=[field("mail", md.FIELD_TYPE_EMAIL)]))
+    default = "\n".join(ddl.plan(model.schema, ddl.Catalog(), model))
+    assert '"records".gin_trgm_ops' in default
+    elsewhere = "\n".join(ddl.plan(model.schema, ddl.Catalog(trigram_schema="public"), model))
+    assert '"public".gin_trgm_ops' in elsewhere
+    assert '"records".gin_trgm_ops' not in elsewhere
+    missing = "\n".join(ddl.plan(model.schema, ddl.Catalog(trigram_schema=""), model))
+    assert "gin_trgm_ops" not in missing

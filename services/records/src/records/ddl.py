@@ -24,6 +24,7 @@ from records.model import (
     ObjectModel,
     WorkspaceModel,
 )
+from records.sql import quote
 
 # format_type() spellings of the column types the model uses.
 _CATALOG_TYPES = {
@@ -33,8 +34,9 @@ _CATALOG_TYPES = {
 
 _SYSTEM_NAMES = frozenset(schema_ddl.SYSTEM_COLUMNS)
 _INDEXED_SYSTEM = ("ownerId", "createdAt", "updatedAt")
-# pg_trgm lives in the records service's own schema (migration 0005).
-TRIGRAM_OPCLASS = "records.gin_trgm_ops"
+# pg_trgm is installed in the records service's own schema (migration 0005), unless the database
+# had it already elsewhere: the catalog read names the schema it is in.
+TRIGRAM_SCHEMA = "records"
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Catalog:
     tables: dict[str, CatalogTable] = field(default_factory=dict)
     indexes: set[str] = field(default_factory=set)
     constraints: set[str] = field(default_factory=set)
+    trigram_schema: str = TRIGRAM_SCHEMA  # where pg_trgm is; "" when it is not installed
 
 
 async def read_catalog(connection: Any, schema: str) -> Catalog:
@@ -69,7 +72,11 @@ async def read_catalog(connection: Any, schema: str) -> Catalog:
     `conrelid`): the cost follows this workspace's size, not the number of tenants.
     """
     namespace = await connection.fetchval("SELECT oid FROM pg_namespace WHERE nspname = $1", schema)
-    catalog = Catalog(exists=namespace is not None)
+    trigram_schema = await connection.fetchval(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pg_trgm'"
+    )
+    catalog = Catalog(exists=namespace is not None, trigram_schema=trigram_schema or "")
     if namespace is None:
         return catalog
     relations = [
@@ -291,8 +298,9 @@ class _Planner:
             elif _indexed(entry):
                 self._create_index(plain, table, (column, "id"))
             trigram = index_name("tg", item.id, entry.id)
-            if trigram_indexed(item, entry):
-                self._create_index(trigram, table, (column,), method="gin", opclass=TRIGRAM_OPCLASS)
+            if trigram_indexed(item, entry) and self.catalog.trigram_schema:
+                opclass = f"{quote(self.catalog.trigram_schema)}.gin_trgm_ops"
+                self._create_index(trigram, table, (column,), method="gin", opclass=opclass)
             else:
                 self._drop_index(trigram)
             unique_name = unique_index_name(item.id, entry)
