@@ -119,10 +119,10 @@ def test_keyset_predicate_treats_nulls_as_largest() -> None:
     order = ordering.build_order(obj, [common_pb2.OrderBy(field="firstName")])
     params = Params()
     sql = ordering.keyset_predicate(order, "t", ["Ada", WS], params)
-    assert 't."firstName" IS NULL' in sql
+    assert 'left(t."firstName", 256) IS NULL' in sql
     assert params.values == ["Ada", WS]
     after_null = ordering.keyset_predicate(order, "t", [None, WS], Params())
-    assert after_null == '((t."firstName" IS NULL AND t."id" > $1::uuid))'
+    assert after_null == '((left(t."firstName", 256) IS NULL AND t."id" > $1::uuid))'
 
 
 def test_values_are_canonical() -> None:
@@ -202,19 +202,19 @@ def test_filter_compiles_to_bound_parameters() -> None:
     assert sql.startswith("(EXISTS (SELECT 1 FROM")
 
 
-def test_unbounded_text_gets_a_hash_index_and_a_unique_index_over_md5() -> None:
+def test_unbounded_text_gets_a_prefix_btree_and_a_unique_index_over_md5() -> None:
     code = field("code", md.FIELD_TYPE_TEXT)
     code.is_unique = True
     model = WorkspaceModel.from_proto(schema(extra=[code]))
     text = "\n".join(ddl.plan(model.schema, ddl.Catalog(), model))
-    assert 'USING hash ("firstName")' in text
-    assert 'USING hash ("code")' in text
+    assert '(left("firstName", 256), "id")' in text
+    assert '(left("code", 256), "id")' in text
     assert '(md5("code")) WHERE "deletedAt" IS NULL' in text
-    assert '("firstName", "id")' not in text
+    assert "USING hash" not in text
     assert '("salaryAmountMicros", "id")' in text  # bounded types keep their (column, id) btree
 
 
-def test_plan_replaces_the_btree_of_earlier_versions_on_unbounded_text() -> None:
+def test_plan_replaces_the_index_shapes_of_earlier_versions_on_unbounded_text() -> None:
     model = WorkspaceModel.from_proto(schema())
     person = model.objects["aaaaaaaa-0000-4000-8000-000000000002"]
     first_name = person.field("firstName")
@@ -222,14 +222,16 @@ def test_plan_replaces_the_btree_of_earlier_versions_on_unbounded_text() -> None
     catalog = ddl.Catalog()
     ddl.plan(model.schema, catalog, model)
     catalog.exists = True
-    hash_index = ddl.index_name("hx", person.id, first_name.id)
-    old_index = ddl.index_name("ix", person.id, first_name.id)
-    catalog.indexes.discard(hash_index)
-    catalog.indexes.add(old_index)
+    keyed = ddl.index_name("tx", person.id, first_name.id)
+    earlier = [ddl.index_name(prefix, person.id, first_name.id) for prefix in ("ix", "hx")]
+    catalog.indexes.discard(keyed)
+    catalog.indexes.update(earlier)
     statements = ddl.plan(model.schema, catalog, model)
-    assert statements[0] == f'DROP INDEX IF EXISTS "{model.schema}"."{old_index}"'
-    assert f'"{hash_index}" ON "{model.schema}"."person" USING hash ("firstName")' in statements[1]
-    assert len(statements) == 2
+    assert statements[:2] == [
+        f'DROP INDEX IF EXISTS "{model.schema}"."{name}"' for name in reversed(earlier)
+    ]
+    assert f'"{keyed}" ON "{model.schema}"."person" (left("firstName", 256), "id")' in statements[2]
+    assert len(statements) == 3
 
 
 def test_raw_json_depth_is_checked_without_recursion() -> None:
@@ -243,3 +245,14 @@ def test_raw_json_depth_is_checked_without_recursion() -> None:
     for _ in range(63):
         shallow = [shallow]
     assert values.check_json(shallow, "profile") == shallow
+
+
+def test_trigram_indexes_follow_where_pg_trgm_is_installed() -> None:
+    model = WorkspaceModel.from_proto(schema(extra=[field("mail", md.FIELD_TYPE_EMAIL)]))
+    default = "\n".join(ddl.plan(model.schema, ddl.Catalog(), model))
+    assert '"records".gin_trgm_ops' in default
+    elsewhere = "\n".join(ddl.plan(model.schema, ddl.Catalog(trigram_schema="public"), model))
+    assert '"public".gin_trgm_ops' in elsewhere
+    assert '"records".gin_trgm_ops' not in elsewhere
+    missing = "\n".join(ddl.plan(model.schema, ddl.Catalog(trigram_schema=""), model))
+    assert "gin_trgm_ops" not in missing

@@ -5,13 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import orjson
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from crm.common.v1 import common_pb2
 from crm.events.v1 import events_pb2
+from crmkit import telemetry
 from crmkit.messaging import previous_record_json
-from records.envelope import Message, OutboxRow, message_of
+from records.envelope import Message, OutboxRow, message_of, timestamp_of
 from records.relay import _publish_span
 
 WS = "11111111-2222-4333-8444-555555555555"
@@ -135,3 +138,29 @@ def test_a_row_written_outside_any_trace_is_published_without_a_span(
     span.end()
     assert spans.get_finished_spans() == ()
     assert headers == {"Nats-Msg-Id": "e7"}
+
+
+def test_timestamp_of_equals_protobufs_conversion() -> None:
+    for moment in (
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(2026, 11, 25, 13, 14, 15, 123456, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, 6),  # naive: UTC, as protobuf reads it
+    ):
+        expected = Timestamp()
+        expected.FromDatetime(moment)
+        assert timestamp_of(moment) == expected
+
+
+def test_a_row_of_an_unsampled_trace_keeps_its_context_when_nothing_records(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(telemetry, "_only_sampled_parents", True)
+    unsampled = TRACEPARENT[:-2] + "00"
+    message = message_of(
+        row(trace_context=orjson.dumps({"traceparent": unsampled}).decode()), 1024 * 1024
+    )
+    span, headers = _publish_span(message)
+    span.end()
+    assert spans.get_finished_spans() == ()
+    assert headers == {"Nats-Msg-Id": "e7", "traceparent": unsampled}

@@ -122,7 +122,7 @@ def test_every_field_type_and_index_shape_is_covered() -> None:
         assert f" {sql_type}" in text
     for shape in ("TIMESTAMP WITH TIME ZONE", "TEXT[]", "ADD COLUMN", "DROP INDEX IF EXISTS"):
         assert shape in text
-    for shape in ("USING hash", "(md5(", "FOREIGN KEY"):
+    for shape in ("(left(", "USING gin", "gin_trgm_ops", "(md5(", "FOREIGN KEY"):
         assert shape in text
 
 

@@ -250,3 +250,19 @@ def test_an_event_without_trace_context_starts_no_trace(spans: InMemorySpanExpor
     assert stored == "{}"
     for junk in ("", "{}", "[1]", "not json", '{"traceparent": 5}'):
         assert not trace.get_current_span(_stored_context(junk)).get_span_context().is_valid
+
+
+def test_decode_reads_the_instant_as_protobuf_does() -> None:
+    for moment in (
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(2026, 11, 25, 13, 14, 15, 123456, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ):
+        event = events_pb2.RecordEvent(
+            id="e1", workspace_id="w1", object="person", action=events_pb2.RECORD_ACTION_CREATED
+        )
+        event.occurred_at.FromDatetime(moment)
+        decoded = decode(event.SerializeToString())
+        assert decoded is not None
+        assert decoded.occurred_at == event.occurred_at.ToDatetime(tzinfo=UTC) == moment
+

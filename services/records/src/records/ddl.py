@@ -17,12 +17,14 @@ from crm.metadata.v1 import metadata_pb2 as md
 from records import schema_ddl
 from records.model import (
     SORTABLE_TYPES,
+    TEXT_KEY_CHARS,
     UNBOUNDED_TEXT_TYPES,
     Column,
     FieldModel,
     ObjectModel,
     WorkspaceModel,
 )
+from records.sql import quote
 
 # format_type() spellings of the column types the model uses.
 _CATALOG_TYPES = {
@@ -32,6 +34,9 @@ _CATALOG_TYPES = {
 
 _SYSTEM_NAMES = frozenset(schema_ddl.SYSTEM_COLUMNS)
 _INDEXED_SYSTEM = ("ownerId", "createdAt", "updatedAt")
+# pg_trgm is installed in the records service's own schema (migration 0005), unless the database
+# had it already elsewhere: the catalog read names the schema it is in.
+TRIGRAM_SCHEMA = "records"
 
 
 @dataclass
@@ -56,6 +61,7 @@ class Catalog:
     tables: dict[str, CatalogTable] = field(default_factory=dict)
     indexes: set[str] = field(default_factory=set)
     constraints: set[str] = field(default_factory=set)
+    trigram_schema: str = TRIGRAM_SCHEMA  # where pg_trgm is; "" when it is not installed
 
 
 async def read_catalog(connection: Any, schema: str) -> Catalog:
@@ -66,7 +72,11 @@ async def read_catalog(connection: Any, schema: str) -> Catalog:
     `conrelid`): the cost follows this workspace's size, not the number of tenants.
     """
     namespace = await connection.fetchval("SELECT oid FROM pg_namespace WHERE nspname = $1", schema)
-    catalog = Catalog(exists=namespace is not None)
+    trigram_schema = await connection.fetchval(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pg_trgm'"
+    )
+    catalog = Catalog(exists=namespace is not None, trigram_schema=trigram_schema or "")
     if namespace is None:
         return catalog
     relations = [
@@ -249,14 +259,16 @@ class _Planner:
         *,
         method: str = "",
         md5: bool = False,
+        key_chars: int = 0,
+        opclass: str = "",
     ) -> None:
         if name in self.catalog.indexes:
             return
         unique = name.startswith("uq_")
         self.statements.append(
             schema_ddl.create_index(
-                self.schema, table, name, columns,
-                unique=unique, method=method, md5=md5, live_only=unique,
+                self.schema, table, name, columns, unique=unique, method=method, md5=md5,
+                key_chars=key_chars, opclass=opclass, live_only=unique,
             )
         )  # fmt: skip
         self.catalog.indexes.add(name)
@@ -267,6 +279,7 @@ class _Planner:
             self.catalog.indexes.discard(name)
 
     def _indexes(self, item: ObjectModel) -> None:
+        """The index rule of docs/data-model.md ("Indexes"); shapes of earlier versions dropped."""
         table = item.name_singular
         for name in _INDEXED_SYSTEM:
             self._create_index(index_name("ix", item.id, name), table, (name, "id"))
@@ -275,15 +288,21 @@ class _Planner:
                 continue
             column = entry.columns[0].name
             long_text = entry.type in UNBOUNDED_TEXT_TYPES
+            plain, keyed = index_name("ix", item.id, entry.id), index_name("tx", item.id, entry.id)
+            self._drop_index(index_name("hx", item.id, entry.id))
             if long_text:
-                # A b-tree row holds at most ~2.7 kB, text up to 65,536 characters: eq uses a
-                # hash index, uniqueness a b-tree over md5 (shapes of earlier versions dropped).
-                self._drop_index(index_name("ix", item.id, entry.id))
-                self._create_index(
-                    index_name("hx", item.id, entry.id), table, (column,), method="hash"
-                )
+                # A b-tree row holds at most ~2.7 kB, text up to 65,536 characters: the index
+                # holds the value's first characters, which sort, page and find equal values.
+                self._drop_index(plain)
+                self._create_index(keyed, table, (column, "id"), key_chars=TEXT_KEY_CHARS)
             elif _indexed(entry):
-                self._create_index(index_name("ix", item.id, entry.id), table, (column, "id"))
+                self._create_index(plain, table, (column, "id"))
+            trigram = index_name("tg", item.id, entry.id)
+            if trigram_indexed(item, entry) and self.catalog.trigram_schema:
+                opclass = f"{quote(self.catalog.trigram_schema)}.gin_trgm_ops"
+                self._create_index(trigram, table, (column,), method="gin", opclass=opclass)
+            else:
+                self._drop_index(trigram)
             unique_name = unique_index_name(item.id, entry)
             if long_text:
                 self._drop_index(index_name("uq", item.id, entry.id))
@@ -321,6 +340,15 @@ def unique_index_name(object_id: str, entry: FieldModel) -> str:
     if entry.type in UNBOUNDED_TEXT_TYPES:
         return index_name("uq", object_id, entry.id, "md5")
     return index_name("uq", object_id, entry.id)
+
+
+def trigram_indexed(item: ObjectModel, entry: FieldModel) -> bool:
+    """Text searched by fragment (`contains`, `startsWith`, `endsWith`): the object's label field
+    (what names a record) and emails. Other text scans: a GIN entry per trigram is costly to
+    write."""
+    if entry.type not in UNBOUNDED_TEXT_TYPES or not entry.is_active:
+        return False
+    return entry.type == md.FIELD_TYPE_EMAIL or entry.name == item.label_identifier
 
 
 def _indexed(entry: FieldModel) -> bool:

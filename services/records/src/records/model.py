@@ -68,10 +68,19 @@ TEXT_TYPES = frozenset(
     }
 )
 
-# Text of up to 65,536 characters: too long for a b-tree row, so hash-indexed (records.ddl).
+# Text of up to 65,536 characters: too long for a b-tree row, so sorted, paged and indexed on its
+# first TEXT_KEY_CHARS characters (at most 4 bytes each in UTF-8: 1 kB, well under the ~2.7 kB a
+# b-tree row holds), with `id` breaking ties (records.ddl, records.ordering).
 UNBOUNDED_TEXT_TYPES = frozenset(
     {md.FIELD_TYPE_TEXT, md.FIELD_TYPE_EMAIL, md.FIELD_TYPE_PHONE, md.FIELD_TYPE_LINK}
 )
+TEXT_KEY_CHARS = 256
+
+
+def text_key(column: str) -> str:
+    """The indexed key of a long-text column expression: its first TEXT_KEY_CHARS characters."""
+    return f"left({column}, {TEXT_KEY_CHARS})"
+
 
 _TIMESTAMP_FORMAT = '\'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\''
 

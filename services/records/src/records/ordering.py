@@ -1,6 +1,8 @@
 """Sort orders and keyset cursors.
 
 Order: the requested fields, then `id` as the tie breaker (in the direction of the last key).
+Text (TEXT, EMAIL, PHONE, LINK) sorts by its first `TEXT_KEY_CHARS` characters, the expression its
+b-tree index holds (records.ddl): values that share those characters are ordered by `id`.
 Nulls sort as if larger than every value (Postgres' default: ASC NULLS LAST, DESC NULLS FIRST),
 so reversing every direction reverses the order exactly, which backward paging relies on.
 
@@ -24,7 +26,7 @@ from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.errors import InvalidArgument
 from records import values
-from records.model import FieldModel, ObjectModel
+from records.model import UNBOUNDED_TEXT_TYPES, FieldModel, ObjectModel, text_key
 from records.predicates import BIGINT, CASTS
 from records.sql import Params, quote
 
@@ -38,6 +40,11 @@ class SortKey:
     kind: int  # value type for cursor parameters
     descending: bool
     nullable: bool
+    prefixed: bool = False  # keyed on text_key(column): long text
+
+    def expression(self, alias: str) -> str:
+        column = f"{alias}.{quote(self.column)}"
+        return text_key(column) if self.prefixed else column
 
 
 @dataclass(frozen=True)
@@ -49,13 +56,17 @@ class Order:
         return ",".join(f"{k.name}:{'D' if k.descending else 'A'}" for k in self.keys)
 
     def reversed(self) -> Order:
-        return Order(tuple(SortKey(k.name, k.column, k.kind, not k.descending, k.nullable)
-                           for k in self.keys))  # fmt: skip
+        return Order(tuple(SortKey(k.name, k.column, k.kind, not k.descending, k.nullable,
+                                   k.prefixed) for k in self.keys))  # fmt: skip
 
     def sql(self, alias: str) -> str:
         return ", ".join(
-            f"{alias}.{quote(k.column)} {'DESC' if k.descending else 'ASC'}" for k in self.keys
+            f"{k.expression(alias)} {'DESC' if k.descending else 'ASC'}" for k in self.keys
         )
+
+    def key_sql(self, alias: str) -> list[str]:
+        """The sort key expressions, whose values a cursor carries."""
+        return [k.expression(alias) for k in self.keys]
 
 
 def build_order(obj: ObjectModel, order_by: list[common_pb2.OrderBy]) -> Order:
@@ -96,7 +107,8 @@ def _sort_key(item: FieldModel, entry: common_pb2.OrderBy) -> SortKey:
         )
     kind = md.FIELD_TYPE_UUID if item.is_many_to_one else item.type
     nullable = not (item.is_system and item.name in ("id", "createdAt", "updatedAt"))
-    return SortKey(entry.field, item.column, kind, descending, nullable)
+    prefixed = item.type in UNBOUNDED_TEXT_TYPES
+    return SortKey(entry.field, item.column, kind, descending, nullable, prefixed)
 
 
 # -- cursors ---------------------------------------------------------------------------------------
@@ -174,7 +186,7 @@ def keyset_branches(
         None if v is None else params.add(v, CASTS[k.kind])
         for k, v in zip(order.keys, cursor_values, strict=True)
     ]
-    columns = [f"{alias}.{quote(k.column)}" for k in order.keys]
+    columns = order.key_sql(alias)
     branches: list[str] = []
     prefix: list[str] = []
     for i, key in enumerate(order.keys):

@@ -18,7 +18,16 @@ from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.authz import Access
 from crmkit.filters import OPERATOR_NAMES
 from records import values
-from records.model import SORTABLE_TYPES, TEXT_TYPES, FieldModel, ObjectModel, WorkspaceModel
+from records.model import (
+    SORTABLE_TYPES,
+    TEXT_KEY_CHARS,
+    TEXT_TYPES,
+    UNBOUNDED_TEXT_TYPES,
+    FieldModel,
+    ObjectModel,
+    WorkspaceModel,
+    text_key,
+)
 from records.sql import Params, quote
 
 Op = common_pb2.FilterOperator
@@ -77,6 +86,7 @@ class Target:
     kind: int
     item: FieldModel | None
     path: str
+    prefixed: bool = False  # long text: its b-tree index holds text_key(column), not the column
 
 
 def references_field(node: common_pb2.Filter, name: str) -> bool:
@@ -157,7 +167,9 @@ class PredicateCompiler:
         if rest:
             raise values.fail(path, f"{head} has no sub-fields")
         kind = md.FIELD_TYPE_UUID if item.is_many_to_one else item.type
-        return self._compare(condition, Target(f"{alias}.{quote(item.column)}", kind, item, path))
+        prefixed = kind in UNBOUNDED_TEXT_TYPES
+        column = f"{alias}.{quote(item.column)}"
+        return self._compare(condition, Target(column, kind, item, path, prefixed))
 
     def _nested(
         self,
@@ -207,6 +219,10 @@ class PredicateCompiler:
                 return f"({column} IS {'NOT ' if negate else ''}NULL)"
             value = self._operand(target, raw, array_ok=kind == md.FIELD_TYPE_MULTI_SELECT)
             placeholder = self._bind(target, value)
+            if target.prefixed and not negate:
+                # The key first, so the (key, id) b-tree finds the rows; the value decides.
+                key = f"{text_key(column)} = {text_key(placeholder)}"
+                return f"({key} AND {column} = {placeholder})"
             return f"({column} {'IS DISTINCT FROM' if negate else '='} {placeholder})"
         if raw is None:
             raise values.fail(target.path, f"{name} needs a value")
@@ -249,7 +265,12 @@ class PredicateCompiler:
             elif target.kind == md.FIELD_TYPE_RAW_JSON:
                 parts.append(f"{column} = ANY({self.params.add(chosen, 'jsonb[]')})")
             else:
-                parts.append(f"{column} = ANY({self.params.add(chosen, array_cast(target.kind))})")
+                listed = self.params.add(chosen, array_cast(target.kind))
+                if target.prefixed:
+                    keys = self.params.add([value[:TEXT_KEY_CHARS] for value in chosen], "text[]")
+                    parts.append(f"({text_key(column)} = ANY({keys}) AND {column} = ANY({listed}))")
+                else:
+                    parts.append(f"{column} = ANY({listed})")
         if include_null:
             parts.append(f"{column} IS NULL")
         return "(" + (" OR ".join(parts) if parts else "FALSE") + ")"

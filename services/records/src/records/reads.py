@@ -232,7 +232,7 @@ async def list_records(
         cursor_values = ordering.decode_cursor(order, cursor_text, cursor_field)
         branches = ordering.keyset_branches(query_order, "t", cursor_values, params) or ["FALSE"]
     expression = record_expression(ctx, obj, "t", names, depth, params)
-    key_columns = ", ".join(f"t.{quote(key.column)}" for key in order.keys)
+    key_columns = ", ".join(order.key_sql("t"))
     # Limit first, then render JSON for the page only (a sort must not build JSON for every row).
     # The page size is a literal: a generic plan with an unknown LIMIT may choose to sort it all.
     # One ordered, limited scan per keyset branch, merged (an OR would not start an index scan).
@@ -300,7 +300,7 @@ async def list_related(
     node = request.filter if request.HasField("filter") else None
     where = where_clause(ctx, obj, "t", access, params, node=node)
     where.append(f"t.{quote(relation.column)} = p.id")
-    key_columns = ", ".join(f"t.{quote(key.column)} AS k{i}" for i, key in enumerate(order.keys))
+    key_columns = ", ".join(f"{key} AS k{i}" for i, key in enumerate(order.key_sql("t")))
     sql = (
         f"SELECT p.id::text, x.* FROM unnest({parent_list}) AS p(id) CROSS JOIN LATERAL "
         f"(SELECT ({obj.json_expression('t', names)})::text AS j, {key_columns} "

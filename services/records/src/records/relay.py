@@ -36,7 +36,7 @@ from opentelemetry import trace
 from crmkit.db import DATABASE_UNAVAILABLE
 from crmkit.messaging import RECORD_EVENTS_STREAM, ensure_record_stream
 from crmkit.outages import OutageLog
-from crmkit.telemetry import extract_context, inject_headers
+from crmkit.telemetry import extract_context, inject_headers, span_recordable
 from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, message_of
 from records.inflight import InFlight
 from records.metrics import RecordsMetrics
@@ -318,12 +318,15 @@ class OutboxRelay:
 def _publish_span(message: Message) -> tuple[trace.Span, dict[str, str]]:
     """A producer span continuing the trace of the write that made the row (stored with it),
     and the message headers carrying that span's context onward. Rows written outside any
-    trace are published without a span rather than starting a trace each."""
+    trace are published without a span rather than starting a trace each; so are rows of a
+    trace nothing here would record (the message carries the write's context unchanged)."""
     headers = dict(message.headers)
     if "traceparent" not in headers:
         return trace.INVALID_SPAN, headers
     parent = extract_context(headers)
     if not trace.get_current_span(parent).get_span_context().is_valid:
+        return trace.INVALID_SPAN, headers
+    if not span_recordable(parent):
         return trace.INVALID_SPAN, headers
     span = _tracer.start_span(
         f"publish {RECORD_EVENTS_STREAM}",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, replace
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -144,11 +144,19 @@ def decode(data: bytes) -> DecodedEvent | None:
         record_id=event.record_id,
         record=event.record_json.decode() if event.record_json else None,
         previous_record=previous_record_json(event).decode() or None,
-        occurred_at=event.occurred_at.ToDatetime(tzinfo=UTC),
+        occurred_at=_moment(event.occurred_at.seconds, event.occurred_at.nanos),
         sequence=event.sequence,
         record_omitted=event.record_omitted,
         previous_record_omitted=event.previous_record_omitted,
     )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _moment(seconds: int, nanos: int) -> datetime:
+    """`Timestamp.ToDatetime(tzinfo=UTC)` at a fraction of its cost (microsecond precision)."""
+    return _EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)
 
 
 Addressed = tuple[str, str, str, Msg]  # workspace, object, action (from the subject), message
