@@ -34,3 +34,9 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # How long a write's Idempotency-Key is remembered (docs/api.md): a retry with the key within
     # it replays the first answer. Expired keys are pruned every minute.
     IDEMPOTENCY_KEY_TTL: Duration = Field(default=24 * 3600, ge=1)
+    # Import jobs (docs/api.md, "Import"): queued or running jobs a workspace may have at once
+    # (another upload is a 429), rows written per batch (one transaction each), and how often an
+    # idle worker looks for queued jobs.
+    IMPORT_MAX_CONCURRENT_PER_WORKSPACE: int = Field(default=2, ge=1)
+    IMPORT_BATCH_SIZE: int = Field(default=500, ge=1, le=1000)
+    IMPORT_POLL_INTERVAL: float = Field(default=1.0, gt=0)

@@ -154,6 +154,7 @@ async def upsert(
     names: tuple[str, ...],
     *,
     batch: bool = True,
+    events: bool = True,
 ) -> list[Upserted]:
     """Create or update `rows` matched on `item` (all or nothing); records in input order.
     Runs in a transaction of its own (nested in the caller's when there is one)."""
@@ -163,7 +164,7 @@ async def upsert(
     await links.require_readable_targets(connection, ctx, obj, rows)
     async with connection.transaction():
         live = await _matches(connection, obj, access, item, keys, batch)
-        found = await _upsert(connection, ctx, obj, rows, item, names, list(live.values()))
+        found = await _upsert(connection, ctx, obj, rows, item, names, list(live.values()), events)
     by_id = {row[0]: (row[1], row[2]) for row in found}
     results = []
     for index, row in enumerate(rows):
@@ -184,6 +185,7 @@ async def _upsert(
     item: FieldModel,
     names: tuple[str, ...],
     matched: list[str],
+    events: bool,
 ) -> list[Any]:
     columns = _insert_columns(obj)
     params = Params()
@@ -213,10 +215,11 @@ async def _upsert(
         "WHERE NOT s.created), "
         f"chg AS (SELECT s.*, {_CHANGED} AS changed FROM upd s), "
         + outbox.outbox_cte("obc", "cre", obj, ctx.principal, params,
-                            action=outbox.CREATED, cause=outbox.WRITE)
+                            action=outbox.CREATED, cause=outbox.WRITE, events=events)
         + ", "
         + outbox.outbox_cte("obu", "chg", obj, ctx.principal, params,
-                            action=outbox.UPDATED, cause=outbox.WRITE, changed="s.changed")
+                            action=outbox.UPDATED, cause=outbox.WRITE, changed="s.changed",
+                            events=events)
         + " SELECT s.id::text, coalesce(s.shown, s.after)::text, s.created FROM ups s "
         "UNION ALL SELECT o.id::text, coalesce(o.shown, o.before)::text, false FROM old o "
         "WHERE o.id NOT IN (SELECT id FROM ups)"
