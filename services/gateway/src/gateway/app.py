@@ -32,6 +32,7 @@ from gateway.graphql.endpoint import (
     workspace_graphql_endpoint,
 )
 from gateway.graphql.identity import IDENTITY_PART
+from gateway.graphql.imports import IMPORTS_PART
 from gateway.graphql.metadata_ops import METADATA_PART
 from gateway.graphql.parts import SchemaPart
 from gateway.graphql.schema import build_static_schema
@@ -66,6 +67,7 @@ SCHEMA_PARTS: tuple[SchemaPart, ...] = (
     METADATA_PART,
     WEBHOOKS_PART,
     WORKFLOWS_PART,
+    IMPORTS_PART,
     SUBSCRIPTIONS_PART,
 )
 
