@@ -25,7 +25,7 @@ from bench.seed import signup
 BUDGETS = {False: 25_000.0, True: 10_000.0}  # rows/s, by events on
 FIELDS = (
     ("code", "TEXT", True),
-    ("name", "TEXT", False),
+    ("title", "TEXT", False),
     ("qty", "NUMBER", False),
     ("price", "NUMBER", False),
     ("active", "BOOLEAN", False),
@@ -81,7 +81,7 @@ async def _workspace(http: aiohttp.ClientSession) -> dict[str, str]:
 
 
 async def _csv(rows: int, tag: str) -> AsyncIterator[bytes]:
-    yield b"code,name,qty,price,active,madeOn\n"
+    yield b"code,title,qty,price,active,madeOn\n"
     for start in range(0, rows, 10_000):
         lines = [
             f"{tag}-{n},Item number {n},{n % 1000},{n % 977}.5,{'true' if n % 2 else 'false'},"

@@ -111,7 +111,14 @@ async def cancel(connection: Any, workspace_id: str, job_id: str) -> dict[str, A
                 _id(job_id),
                 CANCELLED,
             )
+            await drop_upload(connection, _id(job_id))
     return await get(connection, workspace_id, job_id)
+
+
+async def drop_upload(connection: Any, job_id: str) -> None:
+    """A finished job's stored file and match keys are not needed any more."""
+    await connection.execute("DELETE FROM records.import_chunks WHERE job_id = $1", job_id)
+    await connection.execute("DELETE FROM records.import_keys WHERE job_id = $1", job_id)
 
 
 async def rejections(connection: Any, workspace_id: str, job_id: str) -> AsyncIterator[bytes]:

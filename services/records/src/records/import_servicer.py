@@ -10,7 +10,7 @@ import orjson
 
 from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit import authz
-from crmkit.errors import InvalidArgument, ResourceExhausted
+from crmkit.errors import InvalidArgument, ResourceExhausted, ServiceError
 from crmkit.principal import PrincipalCodec
 from records import import_columns, import_jobs, upserts
 from records.cache import SchemaCache
@@ -46,6 +46,18 @@ class ImportServicer(records_pb2_grpc.ImportServiceServicer):
         self._ids = RecordIds()
 
     async def StartImport(  # noqa: N802
+        self, request_iterator: AsyncIterator[records_pb2.ImportUpload], context: Context
+    ) -> records_pb2.ImportJobResponse:
+        try:
+            return await self._start(request_iterator, context)
+        except ServiceError:
+            # The caller may still be sending: an answer before the end of its stream races
+            # with its writes (the gateway then saw a broken call, not this error). Read on.
+            async for _ in request_iterator:
+                pass
+            raise
+
+    async def _start(
         self, request_iterator: AsyncIterator[records_pb2.ImportUpload], context: Context
     ) -> records_pb2.ImportJobResponse:
         principal = self._principals.require(context)

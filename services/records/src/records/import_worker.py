@@ -241,8 +241,7 @@ async def _finish(connection: Any, job_id: str, state: str, error: str | None) -
         state,
         error,
     )
-    if state == import_jobs.SUCCEEDED or state == import_jobs.FAILED:
-        await connection.execute("DELETE FROM records.import_keys WHERE job_id = $1", job_id)
+    await import_jobs.drop_upload(connection, job_id)
 
 
 async def _record(connection: Any, job_id: str, read: int, batch: _Batch) -> None:
