@@ -9,6 +9,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -248,3 +249,28 @@ def test_graphql_shows_lists_and_cancels_import_jobs(api: Api) -> None:
     error = api.error(f'mutation {{ cancelImportJob(id: "{job["id"]}") {{ id }} }}')
     assert error["extensions"]["code"] == "BAD_USER_INPUT"
     assert "succeeded" in error["message"]
+
+
+def test_a_file_over_the_size_limit_is_a_413_that_stores_nothing(
+    api: Api, extra_gateway: Callable[[dict[str, str]], str]
+) -> None:
+    url = extra_gateway({"IMPORT_MAX_BYTES": "4096"})
+    body = _csv(400)
+    assert len(body) > 4096
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: refused while it streams
+        for start in range(0, len(body), 1000):
+            yield body[start : start + 1000]
+
+    headers = {**api.headers, "Content-Type": "text/csv"}
+    with httpx.Client(base_url=url, timeout=60) as http:
+        streamed = http.post("/rest/imports/people", content=chunks(), headers=headers)
+        assert streamed.status_code == 413, streamed.text
+        declared = http.post("/rest/imports/people", content=body, headers=headers)
+        assert declared.status_code == 413, declared.text
+        assert "4096" in declared.json()["message"]
+        small = http.post("/rest/imports/people", content=_csv(3), headers=headers)
+        assert small.status_code == 202, small.text
+    assert [job["id"] for job in api.ok("GET", "/rest/imports")["data"]] == [
+        small.json()["data"]["id"]
+    ]
