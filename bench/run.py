@@ -80,6 +80,7 @@ WORKLOADS = (
     Workload("workflows", "bench.bench_workflows"),
     Workload("relay", "bench.bench_relay"),
     Workload("events", "bench.bench_events"),
+    Workload("imports", "bench.bench_imports"),
 )
 
 

@@ -75,6 +75,38 @@ def test_document_is_valid_openapi_31_with_custom_objects(api: Api) -> None:
     assert {"filter[units][gte]", "filter[maker][id][eq]", "orderBy[seenAt]", "limit"} <= parameters
 
 
+def test_every_write_operation_declares_the_idempotency_key_header(api: Api) -> None:
+    document: dict[str, Any] = api.ok("GET", "/rest/open-api")
+    header = document["components"]["parameters"]["Idempotency-Key"]
+    assert (header["in"], header["required"], header["schema"]["maxLength"]) == (
+        "header",
+        False,
+        255,
+    )
+    reference = {"$ref": "#/components/parameters/Idempotency-Key"}
+    writes: list[tuple[str, str]] = []
+    reads: list[tuple[str, str]] = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method == "parameters":
+                continue
+            takes_key = reference in operation.get("parameters", [])
+            (writes if takes_key else reads).append((method, path))
+            if takes_key:
+                assert "422" in operation["responses"], (method, path)
+    for plural in ("people", "gizmos"):
+        assert {
+            ("post", f"/rest/{plural}"),
+            ("patch", f"/rest/{plural}/{{id}}"),
+            ("delete", f"/rest/{plural}/{{id}}"),
+            ("post", f"/rest/batch/{plural}"),
+            ("patch", f"/rest/{plural}/merge"),
+            ("patch", f"/rest/restore/{plural}/{{id}}"),
+        } <= set(writes)
+    # Reads (a duplicate search is a POST that writes nothing) do not take it.
+    assert all(method == "get" or path.endswith("/duplicates") for method, path in reads), reads
+
+
 def test_a_second_workspace_with_the_same_model_gets_the_same_document(
     client: httpx.Client,
 ) -> None:

@@ -265,4 +265,3 @@ def test_decode_reads_the_instant_as_protobuf_does() -> None:
         decoded = decode(event.SerializeToString())
         assert decoded is not None
         assert decoded.occurred_at == event.occurred_at.ToDatetime(tzinfo=UTC) == moment
-

@@ -42,7 +42,7 @@ def _split_method(full_method: str) -> tuple[str, str]:
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    """Spans, metrics and error mapping around every unary and server-streaming handler.
+    """Spans, metrics and error mapping around every unary, client- and server-streaming handler.
 
     The wrapped handler of each method is built once and reused (the servicers do not change
     while the server runs); a call below an unsampled trace starts no span when nothing could
@@ -90,6 +90,13 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_unary is not None:
             wrapped = grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, method, service, name),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        elif handler.stream_unary is not None:
+            # Client streaming (an import's upload): the same wrapper, the request an iterator.
+            wrapped = grpc.stream_unary_rpc_method_handler(
+                self._wrap_unary(handler.stream_unary, method, service, name),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )

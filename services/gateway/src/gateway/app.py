@@ -32,6 +32,7 @@ from gateway.graphql.endpoint import (
     workspace_graphql_endpoint,
 )
 from gateway.graphql.identity import IDENTITY_PART
+from gateway.graphql.imports import IMPORTS_PART
 from gateway.graphql.metadata_ops import METADATA_PART
 from gateway.graphql.parts import SchemaPart
 from gateway.graphql.schema import build_static_schema
@@ -44,6 +45,7 @@ from gateway.ratelimit.http import RateLimitHeadersMiddleware
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.redis_connection import PipelinedRedis
 from gateway.rest import history as rest_history
+from gateway.rest import imports
 from gateway.rest import routes as rest
 from gateway.rest.openapi import open_api
 from gateway.routing import RouteTable
@@ -66,6 +68,7 @@ SCHEMA_PARTS: tuple[SchemaPart, ...] = (
     METADATA_PART,
     WEBHOOKS_PART,
     WORKFLOWS_PART,
+    IMPORTS_PART,
     SUBSCRIPTIONS_PART,
 )
 
@@ -138,6 +141,11 @@ def _add_rest_routes(app: FastAPI, routes: RouteTable) -> None:
     """The spec's REST table. Fixed segments come before `{id}` so `merge` and `groupBy` are
     never read as ids."""
     routes.add(app, "/rest/open-api", open_api, ["GET"])
+    routes.add(app, "/rest/imports", imports.list_imports, ["GET"])
+    routes.add(app, "/rest/imports/{object}", imports.start_import, ["POST"])
+    routes.add(app, "/rest/imports/{id}", imports.get_import, ["GET"])
+    routes.add(app, "/rest/imports/{id}/cancel", imports.cancel_import, ["POST"])
+    routes.add(app, "/rest/imports/{id}/rejections", imports.import_rejections, ["GET"])
     routes.add(app, "/rest/batch/{object}", rest.create_batch, ["POST"])
     routes.add(app, "/rest/restore/{object}/{id}", rest.restore_record, ["PATCH"])
     routes.add(app, "/rest/{object}/duplicates", rest.find_duplicates, ["POST"])

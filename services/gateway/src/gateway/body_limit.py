@@ -19,6 +19,7 @@ from gateway.settings import GatewaySettings
 
 _GRAPHQL_PATHS = frozenset({"/graphql", "/metadata"})
 _STATUS = 413
+IMPORTS_PREFIX = "/rest/imports/"
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class BodyLimits:
     default: int
     batch: int  # POST /rest/batch/{object} and /graphql (batch creations)
     auth: int  # /auth/*: sign-up, login, tokens, OAuth
+    imports: int = 1 << 30  # POST /rest/imports/{object}: streamed, counted by the route
 
     @classmethod
     def of(cls, settings: GatewaySettings) -> BodyLimits:
@@ -33,6 +35,7 @@ class BodyLimits:
             default=settings.MAX_REQUEST_BODY_BYTES,
             batch=settings.MAX_BATCH_REQUEST_BODY_BYTES,
             auth=settings.MAX_AUTH_REQUEST_BODY_BYTES,
+            imports=settings.IMPORT_MAX_BYTES,
         )
 
     def for_path(self, path: str) -> int:
@@ -81,9 +84,13 @@ class BodySizeLimitMiddleware:
             await self.app(scope, receive, send)  # no body
             return
         path: str = scope["path"]
-        limit = self.limits.for_path(path)
+        streamed = path.startswith(IMPORTS_PREFIX) and scope["method"] == "POST"
+        limit = self.limits.imports if streamed else self.limits.for_path(path)
         if declared is not None and declared > limit:
             await refusal(path, limit)(scope, receive, send)
+            return
+        if streamed:
+            await self.app(scope, receive, send)  # the import route counts as it streams
             return
         chunks: list[bytes] = []
         size = 0

@@ -46,9 +46,15 @@ UNAVAILABLE_RETRY_AFTER = "2"
 _KEY_REUSED = ErrorMapping(422, "Unprocessable Entity", "BAD_USER_INPUT")
 
 
+# An upsert's unique value held only by a soft-deleted record: 409 (docs/api.md, "Upsert").
+_MATCHES_DELETED = ErrorMapping(409, "Conflict", "BAD_USER_INPUT")
+
+
 def mapping_for(error: ServiceError) -> ErrorMapping:
     if error.reason == common_pb2.ERROR_REASON_IDEMPOTENCY_KEY_REUSED:
         return _KEY_REUSED
+    if error.reason == common_pb2.ERROR_REASON_MATCHES_DELETED:
+        return _MATCHES_DELETED
     return _MAPPINGS.get(error.code, _INTERNAL)
 
 

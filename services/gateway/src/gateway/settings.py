@@ -49,6 +49,8 @@ class GatewaySettings(CommonSettings, RedisSettings, NatsSettings):
     MAX_AUTH_REQUEST_BODY_BYTES: int = Field(default=64 * 1024, ge=1024)
     MAX_BATCH_REQUEST_BODY_BYTES: int = Field(default=32 * 1024 * 1024, ge=1024)
     MAX_REQUEST_BODY_BYTES: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # Largest import file (POST /rest/imports/{object}, streamed to records, never held whole).
+    IMPORT_MAX_BYTES: int = Field(default=1024 * 1024 * 1024, ge=1024)
     # GraphQL request limits, checked before anything runs (docs/api.md, Query cost).
     GRAPHQL_MAX_DEPTH: int = Field(default=15, ge=1)
     GRAPHQL_MAX_ALIASES: int = Field(default=50, ge=0)

@@ -27,6 +27,7 @@ class Upstreams:
     oauth: identity_pb2_grpc.OAuthServiceStub
     metadata: metadata_pb2_grpc.MetadataServiceStub
     records: records_pb2_grpc.RecordsServiceStub
+    imports: records_pb2_grpc.ImportServiceStub
     webhooks: webhooks_pb2_grpc.WebhookServiceStub
     workflows: workflows_pb2_grpc.WorkflowServiceStub
 
@@ -50,6 +51,7 @@ class Upstreams:
             oauth=identity_pb2_grpc.OAuthServiceStub(identity),
             metadata=metadata_pb2_grpc.MetadataServiceStub(channels["metadata"]),
             records=records_pb2_grpc.RecordsServiceStub(channels["records"]),
+            imports=records_pb2_grpc.ImportServiceStub(channels["records"]),
             webhooks=webhooks_pb2_grpc.WebhookServiceStub(channels["webhooks"]),
             workflows=workflows_pb2_grpc.WorkflowServiceStub(channels["workflows"]),
         )

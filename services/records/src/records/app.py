@@ -14,6 +14,8 @@ from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
 from records import history_retention, idempotency, migrator
 from records.cache import SchemaCache
+from records.import_servicer import ImportServicer
+from records.import_worker import ImportWorker
 from records.metrics import RecordsMetrics
 from records.relay import OutboxRelay
 from records.servicer import RecordsServicer
@@ -50,6 +52,19 @@ async def serve(settings: RecordsSettings) -> None:
         idempotency_ttl=float(settings.IDEMPOTENCY_KEY_TTL),
     )
     relay = OutboxRelay(settings, nats, metrics)
+    imports = ImportServicer(
+        pool,
+        cache,
+        PrincipalCodec(settings.APP_SECRET),
+        max_concurrent=settings.IMPORT_MAX_CONCURRENT_PER_WORKSPACE,
+    )
+    import_worker = ImportWorker(
+        settings.DATABASE_URL,
+        pool,
+        cache,
+        batch_size=settings.IMPORT_BATCH_SIZE,
+        poll_seconds=settings.IMPORT_POLL_INTERVAL,
+    )
     runtime = ServiceRuntime(
         bindings=[
             ServicerBinding(
@@ -57,11 +72,17 @@ async def serve(settings: RecordsSettings) -> None:
                 records_pb2_grpc.add_RecordsServiceServicer_to_server,
                 service_name(records_pb2, "RecordsService"),
             ),
+            ServicerBinding(
+                imports,
+                records_pb2_grpc.add_ImportServiceServicer_to_server,
+                service_name(records_pb2, "ImportService"),
+            ),
         ],
         background=[
             relay.run,
             partial(idempotency.prune_forever, pool),
             partial(history_retention.prune_forever, pool, settings, metrics),
+            import_worker.run,
         ],
         on_shutdown=[nats.drain, pool.close],
     )

@@ -304,10 +304,10 @@ class _Planner:
             else:
                 self._drop_index(trigram)
             unique_name = unique_index_name(item.id, entry)
-            if long_text:
+            if unique_over_md5(entry):
                 self._drop_index(index_name("uq", item.id, entry.id))
-            if entry.is_unique and entry.type != md.FIELD_TYPE_CURRENCY:
-                self._create_index(unique_name, table, (column,), md5=long_text)
+            if has_unique_index(entry):
+                self._create_index(unique_name, table, (column,), md5=unique_over_md5(entry))
             else:
                 self._drop_index(unique_name)
 
@@ -335,9 +335,14 @@ def foreign_key_name(entry: FieldModel) -> str:
     return index_name("fk", entry.id)
 
 
+def unique_over_md5(entry: FieldModel) -> bool:
+    """Unbounded text is indexed over md5 of the value (a b-tree row holds at most ~2.7 kB)."""
+    return entry.type in UNBOUNDED_TEXT_TYPES
+
+
 def unique_index_name(object_id: str, entry: FieldModel) -> str:
     """The unique index of an `isUnique` field (over md5 of the value for unbounded text)."""
-    if entry.type in UNBOUNDED_TEXT_TYPES:
+    if unique_over_md5(entry):
         return index_name("uq", object_id, entry.id, "md5")
     return index_name("uq", object_id, entry.id)
 
@@ -349,6 +354,18 @@ def trigram_indexed(item: ObjectModel, entry: FieldModel) -> bool:
     if entry.type not in UNBOUNDED_TEXT_TYPES or not entry.is_active:
         return False
     return entry.type == md.FIELD_TYPE_EMAIL or entry.name == item.label_identifier
+
+
+def has_unique_index(entry: FieldModel) -> bool:
+    return entry.is_unique and entry.type != md.FIELD_TYPE_CURRENCY and bool(entry.columns)
+
+
+def unique_conflict_target(entry: FieldModel) -> str:
+    """The `ON CONFLICT` target that infers the unique index of an `isUnique` field: the same
+    expression and the same live-rows-only predicate as the index the planner creates."""
+    column = quote(entry.columns[0].name)
+    expression = f"(md5({column}))" if unique_over_md5(entry) else column
+    return f'({expression}) WHERE "deletedAt" IS NULL'
 
 
 def _indexed(entry: FieldModel) -> bool:

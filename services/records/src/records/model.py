@@ -116,6 +116,7 @@ class FieldModel:
     target_object_id: str = ""
     inverse_name: str = ""
     columns: tuple[Column, ...] = ()
+    label: str = ""
 
     @property
     def is_many_to_one(self) -> bool:
@@ -325,6 +326,7 @@ def _field_from_proto(proto: md.FieldMetadata, target_active: bool) -> FieldMode
         target_object_id=proto.relation.target_object_metadata_id,
         inverse_name=proto.relation.inverse_field_name,
         columns=columns_for(proto.id, proto.name, proto.type, relation_kind),
+        label=proto.label,
     )
 
 

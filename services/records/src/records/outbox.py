@@ -50,11 +50,15 @@ def outbox_cte(
     action: str,
     cause: str,
     changed: str = "'{}'::text[]",
+    events: bool = True,
 ) -> str:
     """`<name> AS (INSERT INTO records.outbox ...)` for every row of CTE `source`.
 
-    `source` must expose `id`, `after` (json) and `before` (json or NULL).
+    `source` must expose `id`, `after` (json) and `before` (json or NULL). With `events` False
+    (an import that emits no events) the CTE writes nothing.
     """
+    if not events:
+        return f"{name} AS (SELECT NULL WHERE FALSE)"
     trace = orjson.dumps(inject_headers()).decode()
     return (
         f"{name} AS (INSERT INTO records.outbox (event_id, workspace_id, object, "

@@ -14,7 +14,7 @@ from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit import authz
 from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
 from crmkit.principal import PrincipalCodec
-from records import aggregates, history, idempotency, inputs, migrator, reads, writes
+from records import aggregates, history, idempotency, inputs, migrator, reads, upserts, writes
 from records.cache import SchemaCache
 from records.context import RequestContext
 from records.metrics import RecordsMetrics
@@ -145,6 +145,32 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
             )
 
         return await self._write(context, ctx, "CreateRecords", records_pb2.RecordsResponse, write)
+
+    async def UpsertRecords(  # noqa: N802
+        self, request: records_pb2.UpsertRecordsRequest, context: Context
+    ) -> records_pb2.UpsertRecordsResponse:
+        ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
+        names = reads.check_fields(obj, list(request.fields))
+        item = upserts.match_field(obj, request.match_on)
+        data = _json(request.data_json)
+        single = isinstance(data, dict)
+        if single:
+            batch = [inputs.prepare_create(obj, data, "", access, self._ids)]
+        else:
+            batch = inputs.prepare_batch(obj, data, access, self._ids)
+
+        async def write(connection: Any) -> records_pb2.UpsertRecordsResponse:
+            done = await upserts.upsert(
+                connection, ctx, obj, access, batch, item, names, batch=not single
+            )
+            return records_pb2.UpsertRecordsResponse(
+                records_json=reads.json_array(entry.record_json for entry in done),
+                created=[entry.created for entry in done],
+            )
+
+        return await self._write(
+            context, ctx, "UpsertRecords", records_pb2.UpsertRecordsResponse, write
+        )
 
     # -- read ------------------------------------------------------------------------------------
     async def GetRecord(  # noqa: N802

@@ -42,3 +42,9 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     RECORD_HISTORY_PRUNE_INTERVAL: Duration = Field(default=600, ge=1)
     RECORD_HISTORY_PRUNE_BATCH: int = Field(default=1000, ge=1, le=10_000)
     RECORD_HISTORY_PRUNE_MAX_BATCHES: int = Field(default=20, ge=1)
+    # Import jobs (docs/api.md, "Import"): queued or running jobs a workspace may have at once
+    # (another upload is a 429), rows written per batch (one transaction each), and how often an
+    # idle worker looks for queued jobs.
+    IMPORT_MAX_CONCURRENT_PER_WORKSPACE: int = Field(default=2, ge=1)
+    IMPORT_BATCH_SIZE: int = Field(default=500, ge=1, le=1000)
+    IMPORT_POLL_INTERVAL: float = Field(default=1.0, gt=0)

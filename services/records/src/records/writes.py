@@ -50,8 +50,11 @@ async def create(
     obj: ObjectModel,
     rows: list[Prepared],
     names: tuple[str, ...],
+    *,
+    events: bool = True,
 ) -> list[Written]:
-    """Insert `rows` (all or nothing) and their outbox rows; records in input order."""
+    """Insert `rows` (all or nothing) and their outbox rows (none when not `events`); records in
+    input order."""
     if not rows:
         return []
     await links.require_readable_targets(connection, ctx, obj, rows)
@@ -67,7 +70,8 @@ async def create(
         f"RETURNING t.id, {obj.json_expression('t')} AS after, NULL::json AS before, "
         f"{shown} AS shown), "
         + outbox.outbox_cte(
-            "ob", "ins", obj, ctx.principal, params, action=outbox.CREATED, cause=outbox.WRITE
+            "ob", "ins", obj, ctx.principal, params, action=outbox.CREATED, cause=outbox.WRITE,
+            events=events,
         )
         + ", "
         + history.history_cte("hi", "ins", obj, ctx.principal, params, action=history.CREATED)

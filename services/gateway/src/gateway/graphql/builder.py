@@ -6,7 +6,8 @@ For each object (type name `T` from the singular name):
   query    <plural>(filter, orderBy, limit, first, after, last, before), <singular>(id),
            <singular>History(id, first, after, fields, since, until), <plural>Aggregate(filter)
   field    history(first, after) on T (unless T has a field named `history`)
-  mutation create<S>, create<P>, update<S>, update<P>, delete<S>, delete<P>, restore<S>
+  mutation create<S>, create<P>, upsert<S>, upsert<P>, update<S>, update<P>, delete<S>,
+           delete<P>, restore<S>
 
 Generated classes are created blank first and filled in a second pass, so relations refer to
 each other's classes directly (cross references), then decorated; the registry keeps them by
@@ -555,6 +556,24 @@ class SchemaBuilder:
             (("data", list[types.create_input], inspect.Parameter.empty),),  # type: ignore[name-defined]
             record_list,
             "All or nothing; errors name the index, e.g. [3].email.",
+        )
+        match_arg = ("matchOn", str, inspect.Parameter.empty)
+        self._add(
+            self.mutation,
+            f"upsert{singular}",
+            ops.upsert_one,
+            (create_arg, match_arg),
+            maybe_record,
+            "Update the record whose matchOn (a unique field) value is the data's, else create.",
+        )
+        self._add(
+            self.mutation,
+            f"upsert{plural}",
+            ops.upsert_many,
+            (("data", list[types.create_input], inspect.Parameter.empty), match_arg),  # type: ignore[name-defined]
+            record_list,
+            "Per record: update the one whose matchOn (a unique field) value is the record's, "
+            "else create; all or nothing.",
         )
         self._add(
             self.mutation, f"update{singular}", ops.update_one, (id_arg, update_arg), maybe_record

@@ -189,6 +189,33 @@ class RecordOperations:
         records: list[Record] = orjson.loads(response.records_json)
         return records
 
+    async def _upsert(self, info: strawberry.Info, payload: Any, match_on: str) -> Any:
+        request = records_pb2.UpsertRecordsRequest(
+            ref=self._ref(_context(info)), data_json=orjson.dumps(payload), match_on=match_on
+        )
+        return await self._write(info, "UpsertRecords", request)
+
+    async def upsert_one(self, info: strawberry.Info, data: Any, matchOn: str) -> Record:  # noqa: N803
+        item = record_json(data)
+        await _check_owners(info, [item])
+        response = await self._upsert(info, item, matchOn)
+        records: list[Record] = orjson.loads(response.records_json)
+        return records[0]
+
+    async def upsert_many(
+        self,
+        info: strawberry.Info,
+        data: Any,
+        matchOn: str,  # noqa: N803
+    ) -> list[Record]:
+        items = [record_json(item, field=f"[{index}]") for index, item in enumerate(data or [])]
+        if not items:
+            raise InvalidArgument("`data` must hold at least one record", field="data")
+        await _check_owners(info, items, batch=True)
+        response = await self._upsert(info, items, matchOn)
+        records: list[Record] = orjson.loads(response.records_json)
+        return records
+
     async def update_one(self, info: strawberry.Info, id: Any, data: Any) -> Record:
         item = record_json(data)
         await _check_owners(info, [item])

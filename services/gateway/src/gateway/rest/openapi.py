@@ -9,6 +9,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway import idempotency
 from gateway.auth import authenticate
 from gateway.datamodel.model import (
     OPERATORS_BY_TYPE,
@@ -305,6 +306,65 @@ _ID = {
 }
 
 
+_IDEMPOTENCY_KEY: Schema = {"$ref": f"#/components/parameters/{idempotency.HEADER}"}
+_IDEMPOTENCY_PARAMETER: Schema = {
+    "name": idempotency.HEADER,
+    "in": "header",
+    "required": False,
+    "description": "Makes the write safe to retry: a retry with the same key and the same "
+    "request within the key's lifetime (24 h by default) answers the first response and writes "
+    "nothing; the key with another request is a 422. Scoped to the workspace and credential.",
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": idempotency.MAX_KEY_LENGTH,
+        "pattern": "^[\\x20-\\x7e]+$",
+    },
+}
+_REUSED_KEY = {
+    "description": f"The {idempotency.HEADER} was used with a different request.",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+
+
+def _write(operation: Schema) -> Schema:
+    """A write operation: it takes the Idempotency-Key header (and may answer its 422)."""
+    parameters = [*operation.get("parameters", ()), _IDEMPOTENCY_KEY]
+    responses = {**operation["responses"], "422": _REUSED_KEY}
+    return {**operation, "parameters": parameters, "responses": responses}
+
+
+def _upsert_parameters(obj: ObjectModel) -> list[Schema]:
+    unique = [f.name for f in obj.fields if f.is_unique and f.type is not FieldType.CURRENCY]
+    if not unique:
+        return []
+    return [
+        {
+            "name": "upsert",
+            "in": "query",
+            "required": False,
+            "description": "A unique field: a record holding the value is updated (the fields "
+            "given) instead of created. A value held only by a soft-deleted record is a 409.",
+            "schema": {"type": "string", "enum": unique},
+        }
+    ]
+
+
+def _upserted(description: str, schema: Schema) -> Schema:
+    return {
+        "200": {
+            "description": description,
+            "headers": _headers("200"),
+            "content": {"application/json": {"schema": schema}},
+        },
+        "409": {
+            "description": "A unique value is taken (with upsert: held by a soft-deleted record).",
+            "headers": _headers("409"),
+            "content": {"application/json": {"schema": _ref("Error")}},
+        },
+    }
+
+
 def _json_body(schema: Schema, description: str = "") -> Schema:
     body: Schema = {"required": True, "content": {"application/json": {"schema": schema}}}
     if description:
@@ -391,13 +451,21 @@ def _operations(model: DataModel, obj: ObjectModel) -> dict[str, Schema]:
                 "parameters": list_parameters,
                 "responses": _responses("200", "A page of records.", page),
             },
-            "post": {
-                "operationId": f"create_{obj.singular}",
-                "summary": f"Create a {obj.singular}",
-                "tags": tag,
-                "requestBody": _json_body(_ref(f"{name}Create")),
-                "responses": _responses("201", "The created record.", _data(record)),
-            },
+            "post": _write(
+                {
+                    "operationId": f"create_{obj.singular}",
+                    "summary": f"Create a {obj.singular}",
+                    "tags": tag,
+                    "parameters": _upsert_parameters(obj),
+                    "requestBody": _json_body(_ref(f"{name}Create")),
+                    "responses": {
+                        **_responses("201", "The created record.", _data(record)),
+                        **_upserted(
+                            "The record holding the upsert field's value, updated.", _data(record)
+                        ),
+                    },
+                }
+            ),
         },
         f"/rest/{plural}/{{id}}": {
             "parameters": [_ID],
@@ -408,64 +476,79 @@ def _operations(model: DataModel, obj: ObjectModel) -> dict[str, Schema]:
                 "parameters": [_fields_parameter(obj), _depth(MAX_GET_DEPTH, 1)],
                 "responses": _responses("200", "The record.", _data(record)),
             },
-            "patch": {
-                "operationId": f"update_{obj.singular}",
-                "summary": f"Update a {obj.singular}",
-                "tags": tag,
-                "requestBody": _json_body(_ref(f"{name}Update")),
-                "responses": _responses(
-                    "200",
-                    "The id, the fields whose value changed, and updatedAt.",
-                    _data(
-                        {
-                            "type": "object",
-                            "required": ["id", "updatedAt"],
-                            "properties": {
-                                "id": {"type": "string", "format": "uuid"},
-                                "updatedAt": {"type": "string", "format": "date-time"},
-                            },
-                        }
+            "patch": _write(
+                {
+                    "operationId": f"update_{obj.singular}",
+                    "summary": f"Update a {obj.singular}",
+                    "tags": tag,
+                    "requestBody": _json_body(_ref(f"{name}Update")),
+                    "responses": _responses(
+                        "200",
+                        "The id, the fields whose value changed, and updatedAt.",
+                        _data(
+                            {
+                                "type": "object",
+                                "required": ["id", "updatedAt"],
+                                "properties": {
+                                    "id": {"type": "string", "format": "uuid"},
+                                    "updatedAt": {"type": "string", "format": "date-time"},
+                                },
+                            }
+                        ),
                     ),
-                ),
-            },
-            "delete": {
-                "operationId": f"delete_{obj.singular}",
-                "summary": f"Soft-delete a {obj.singular}",
-                "tags": tag,
-                "responses": _responses(
-                    "200",
-                    "The id and deletedAt of the soft-deleted record.",
-                    _data(
-                        {
-                            "type": "object",
-                            "required": ["id", "deletedAt"],
-                            "properties": {
-                                "id": {"type": "string", "format": "uuid"},
-                                "deletedAt": {"type": "string", "format": "date-time"},
-                            },
-                        }
+                }
+            ),
+            "delete": _write(
+                {
+                    "operationId": f"delete_{obj.singular}",
+                    "summary": f"Soft-delete a {obj.singular}",
+                    "tags": tag,
+                    "responses": _responses(
+                        "200",
+                        "The id and deletedAt of the soft-deleted record.",
+                        _data(
+                            {
+                                "type": "object",
+                                "required": ["id", "deletedAt"],
+                                "properties": {
+                                    "id": {"type": "string", "format": "uuid"},
+                                    "deletedAt": {"type": "string", "format": "date-time"},
+                                },
+                            }
+                        ),
                     ),
-                ),
-            },
+                }
+            ),
         },
         f"/rest/batch/{plural}": {
-            "post": {
-                "operationId": f"create_{plural}_batch",
-                "summary": f"Create up to {MAX_BATCH} {plural}, all or nothing",
-                "tags": tag,
-                "requestBody": _json_body(
-                    {
-                        "type": "array",
-                        "items": _ref(f"{name}Create"),
-                        "minItems": 1,
-                        "maxItems": MAX_BATCH,
+            "post": _write(
+                {
+                    "operationId": f"create_{plural}_batch",
+                    "summary": f"Create up to {MAX_BATCH} {plural}, all or nothing",
+                    "tags": tag,
+                    "requestBody": _json_body(
+                        {
+                            "type": "array",
+                            "items": _ref(f"{name}Create"),
+                            "minItems": 1,
+                            "maxItems": MAX_BATCH,
+                        },
+                        "Errors name the record's index, e.g. [3].email.",
+                    ),
+                    "parameters": _upsert_parameters(obj),
+                    "responses": {
+                        **_responses(
+                            "201",
+                            "The created records.",
+                            _data({"type": "array", "items": record}),
+                        ),
+                        **_upserted(
+                            "With upsert: the records, created or updated, in input order.",
+                            _data({"type": "array", "items": record}, meta=_ref("UpsertMeta")),
+                        ),
                     },
-                    "Errors name the record's index, e.g. [3].email.",
-                ),
-                "responses": _responses(
-                    "201", "The created records.", _data({"type": "array", "items": record})
-                ),
-            }
+                }
+            )
         },
         f"/rest/{plural}/duplicates": {
             "post": {
@@ -478,18 +561,20 @@ def _operations(model: DataModel, obj: ObjectModel) -> dict[str, Schema]:
             }
         },
         f"/rest/{plural}/merge": {
-            "patch": {
-                "operationId": f"merge_{plural}",
-                "summary": f"Merge one {obj.singular} into another",
-                "description": "The target wins; the source fills the target's nulls; records "
-                "pointing at the source are repointed to the target; the source is "
-                "soft-deleted.",
-                "tags": tag,
-                "requestBody": _json_body(_ref("MergeInput")),
-                "responses": _responses(
-                    "200", "The merged target.", _data(record, meta=_ref("MergeMeta"))
-                ),
-            }
+            "patch": _write(
+                {
+                    "operationId": f"merge_{plural}",
+                    "summary": f"Merge one {obj.singular} into another",
+                    "description": "The target wins; the source fills the target's nulls; records "
+                    "pointing at the source are repointed to the target; the source is "
+                    "soft-deleted.",
+                    "tags": tag,
+                    "requestBody": _json_body(_ref("MergeInput")),
+                    "responses": _responses(
+                        "200", "The merged target.", _data(record, meta=_ref("MergeMeta"))
+                    ),
+                }
+            )
         },
         f"/rest/{plural}/groupBy": {
             "get": {
@@ -547,12 +632,14 @@ def _operations(model: DataModel, obj: ObjectModel) -> dict[str, Schema]:
         },
         f"/rest/restore/{plural}/{{id}}": {
             "parameters": [_ID],
-            "patch": {
-                "operationId": f"restore_{obj.singular}",
-                "summary": f"Restore a soft-deleted {obj.singular}",
-                "tags": tag,
-                "responses": _responses("200", "The restored record.", _data(record)),
-            },
+            "patch": _write(
+                {
+                    "operationId": f"restore_{obj.singular}",
+                    "summary": f"Restore a soft-deleted {obj.singular}",
+                    "tags": tag,
+                    "responses": _responses("200", "The restored record.", _data(record)),
+                }
+            ),
         },
     }
 
@@ -701,6 +788,14 @@ _COMMON_SCHEMAS: dict[str, Schema] = {
             "mergedInto": _NULLABLE_ID,
         },
     },
+    "UpsertMeta": {
+        "type": "object",
+        "required": ["created", "updated"],
+        "properties": {
+            "created": {"type": "integer", "minimum": 0},
+            "updated": {"type": "integer", "minimum": 0},
+        },
+    },
     "Group": {
         "type": "object",
         "required": ["count"],
@@ -754,6 +849,7 @@ def build_document(model: DataModel) -> dict[str, Any]:
                 }
             },
             "schemas": schemas,
+            "parameters": {idempotency.HEADER: _IDEMPOTENCY_PARAMETER},
             "headers": {**_RATE_LIMIT_HEADERS, **_RETRY_AFTER},
         },
     }

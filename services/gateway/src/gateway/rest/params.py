@@ -25,6 +25,7 @@ LIST_PARAMS = frozenset({"filter", "orderBy", "limit", "after", "fields", "depth
 GET_PARAMS = frozenset({"fields", "depth"})
 GROUP_PARAMS = frozenset({"filter", "field", "limit"})
 DUPLICATE_PARAMS = frozenset({"limit", "after", "fields"})
+CREATE_PARAMS = frozenset({"upsert"})
 MAX_LIST_DEPTH = 1
 MAX_GET_DEPTH = 2
 DEFAULT_GROUPS = 200
@@ -40,6 +41,7 @@ class Params:
     fields: list[str] = field(default_factory=list)
     depth: int = 0
     group_field: str = ""
+    upsert: str = ""  # create: match on this unique field (update the record holding the value)
 
 
 def _integer(value: str, name: str) -> int:
@@ -98,6 +100,10 @@ def parse_params(
     if "field" not in allowed:
         params.limit = page_size(_integer(limit, "limit") if limit is not None else None)
     params.after = _single(plain, "after") or ""
+    upsert = _single(plain, "upsert")
+    if upsert is not None and not upsert:
+        raise InvalidArgument("`upsert` names a unique field", field="upsert")
+    params.upsert = upsert or ""
     fields = _single(plain, "fields")
     if fields is not None:
         params.fields = _fields(obj, fields)

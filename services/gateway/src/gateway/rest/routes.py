@@ -201,10 +201,14 @@ async def list_records(request: Request) -> Response:
 
 
 async def create_record(request: Request) -> Response:
-    """POST /rest/{object}: 201 `{data: record}`."""
+    """POST /rest/{object}: 201 `{data: record}`; with `?upsert=<field>` 200 when the record
+    holding the field's value was updated instead."""
     target = await _target(request)
-    await target.params(request, ())
+    params = await target.params(request, p.CREATE_PARAMS)
     body = await _owned_body(request, target, _an_object)
+    if params.upsert:
+        upserted = await _upsert(request, target, body, params.upsert)
+        return _data(upserted.records_json[1:-1], 201 if upserted.created[0] else 200)
     response = await target.write(
         request, "CreateRecord", records_pb2.CreateRecordRequest(ref=target.ref(), data_json=body)
     )
@@ -269,11 +273,28 @@ async def restore_record(request: Request) -> Response:
     return _data(response.record_json)
 
 
+async def _upsert(
+    request: Request, target: Target, body: bytes, match_on: str
+) -> records_pb2.UpsertRecordsResponse:
+    response: records_pb2.UpsertRecordsResponse = await target.write(
+        request,
+        "UpsertRecords",
+        records_pb2.UpsertRecordsRequest(ref=target.ref(), data_json=body, match_on=match_on),
+    )
+    return response
+
+
 async def create_batch(request: Request) -> Response:
-    """POST /rest/batch/{object}: up to 1000 records, all or nothing; 201 `{data: [record]}`."""
+    """POST /rest/batch/{object}: up to 1000 records, all or nothing; 201 `{data: [record]}`.
+    With `?upsert=<field>`: 200 `{data: [record], meta: {created, updated}}`."""
     target = await _target(request)
-    await target.params(request, ())
+    params = await target.params(request, p.CREATE_PARAMS)
     body = await _owned_body(request, target, _a_batch, batch=True)
+    if params.upsert:
+        upserted = await _upsert(request, target, body, params.upsert)
+        created = sum(upserted.created)
+        meta = orjson.dumps({"created": created, "updated": len(upserted.created) - created})
+        return _json(b'{"data":' + upserted.records_json + b',"meta":' + meta + b"}")
     response = await target.write(
         request, "CreateRecords", records_pb2.CreateRecordsRequest(ref=target.ref(), data_json=body)
     )

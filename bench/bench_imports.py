@@ -1,0 +1,144 @@
+"""Import rate: a CSV of a 6-field object uploaded to POST /rest/imports/{object}, timed from the
+first byte sent to the job's `succeeded`, with record events off and on.
+
+Rows: BENCH_IMPORT_ROWS (default 1,000,000; 2,000 in smoke mode). Budgets (issue 21): at least
+25,000 rows/s with events off, 10,000 with events on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from bench.benchlib import BenchContext, Result, client_session, main_on_own_stack
+from bench.seed import signup
+
+BUDGETS = {False: 25_000.0, True: 10_000.0}  # rows/s, by events on
+FIELDS = (
+    ("code", "TEXT", True),
+    ("title", "TEXT", False),
+    ("qty", "NUMBER", False),
+    ("price", "NUMBER", False),
+    ("active", "BOOLEAN", False),
+    ("madeOn", "DATE", False),
+)
+
+
+async def _metadata(
+    http: aiohttp.ClientSession, headers: dict[str, str], query: str, variables: dict[str, Any]
+) -> dict[str, Any]:
+    async with http.post(
+        "/metadata", headers=headers, json={"query": query, "variables": variables}
+    ) as response:
+        body: dict[str, Any] = orjson.loads(await response.read())
+    if body.get("errors"):
+        raise RuntimeError(f"metadata call failed: {body['errors']}")
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+async def _workspace(http: aiohttp.ClientSession) -> dict[str, str]:
+    account = await signup(http, "", "Import bench")
+    headers = {"Authorization": f"Bearer {account['accessToken']}"}
+    created = await _metadata(
+        http,
+        headers,
+        "mutation($input: CreateObjectInput!) { createObject(input: $input) { id } }",
+        {
+            "input": {
+                "nameSingular": "item",
+                "namePlural": "items",
+                "labelSingular": "Item",
+                "labelPlural": "Items",
+            }
+        },
+    )
+    for name, kind, unique in FIELDS:
+        await _metadata(
+            http,
+            headers,
+            "mutation($input: CreateFieldInput!) { createField(input: $input) { id } }",
+            {
+                "input": {
+                    "objectMetadataId": created["createObject"]["id"],
+                    "name": name,
+                    "label": name,
+                    "type": kind,
+                    "isUnique": unique,
+                }
+            },
+        )
+    return headers
+
+
+async def _csv(rows: int, tag: str) -> AsyncIterator[bytes]:
+    yield b"code,title,qty,price,active,madeOn\n"
+    for start in range(0, rows, 10_000):
+        lines = [
+            f"{tag}-{n},Item number {n},{n % 1000},{n % 977}.5,{'true' if n % 2 else 'false'},"
+            f"2026-{1 + n % 12:02d}-{1 + n % 28:02d}\n"
+            for n in range(start, min(rows, start + 10_000))
+        ]
+        yield "".join(lines).encode()
+
+
+async def _import(
+    http: aiohttp.ClientSession, headers: dict[str, str], rows: int, events: bool
+) -> Result:
+    started = time.perf_counter()
+    async with http.post(
+        f"/rest/imports/items?format=csv&events={'true' if events else 'false'}",
+        headers=headers,
+        data=_csv(rows, "e" if events else "q"),
+        timeout=aiohttp.ClientTimeout(total=3600),
+    ) as response:
+        body = orjson.loads(await response.read())
+        if response.status != 202:
+            raise RuntimeError(f"import refused ({response.status}): {body}")
+    uploaded = time.perf_counter() - started
+    job_id = body["data"]["id"]
+    while True:
+        async with http.get(f"/rest/imports/{job_id}", headers=headers) as response:
+            job = orjson.loads(await response.read())["data"]
+        if job["state"] not in ("queued", "running"):
+            break
+        await asyncio.sleep(0.2)
+    seconds = time.perf_counter() - started
+    if job["state"] != "succeeded" or job["rowsWritten"] != rows:
+        raise RuntimeError(f"import did not write every row: {job}")
+    rate = rows / seconds
+    return Result(
+        operation=f"import: CSV, 6 fields, events {'on' if events else 'off'} (rows/s)",
+        concurrency=1,
+        requests=rows,
+        seconds=seconds,
+        p50_ms=0.0,
+        p99_ms=0.0,
+        budget=f">= {BUDGETS[events]:,.0f} rows/s",
+        passed=rate >= BUDGETS[events],
+        notes=f"{rows:,} rows, upload {uploaded:.1f} s, {job['sizeBytes']:,} bytes",
+    )
+
+
+async def run(ctx: BenchContext) -> list[Result]:
+    rows = 2_000 if ctx.smoke else int(os.environ.get("BENCH_IMPORT_ROWS", "1000000"))
+    async with client_session(ctx.base_url) as http:
+        headers = await _workspace(http)
+        return [await _import(http, headers, rows, events) for events in (False, True)]
+
+
+def main() -> None:
+    main_on_own_stack(run, (__doc__ or "").split("\n\n")[0], "imports")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,399 @@
+"""Runs queued import jobs: each batch of rows is written (through the normal create or upsert
+statements, so validation, access and events are those of the API) in one transaction with its
+rejections and the job's counters, so a job resumes exactly where its last batch committed.
+
+A job is taken under a session advisory lock held by the worker's own connection: a process that
+dies releases it with its connection, and another worker (or the restarted one) resumes the job.
+A row the database refuses (a duplicate unique value, a missing relation) is rejected and the
+batch retried without it, inside a savepoint: a batch is never half applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import orjson
+
+from crm.common.v1 import common_pb2
+from crmkit import authz
+from crmkit.db import DATABASE_UNAVAILABLE
+from crmkit.errors import ServiceError, Unavailable
+from records import import_columns, import_jobs, inputs, upserts, writes
+from records.cache import SchemaCache
+from records.context import RequestContext
+from records.import_columns import Row, Target
+from records.import_source import CSV, Reader
+from records.inputs import Prepared, RecordIds
+from records.model import FieldModel, ObjectModel
+from records.predicates import owner_predicate
+from records.sql import Params, quote
+
+log = logging.getLogger(__name__)
+
+_INDEXED = re.compile(r"^\[(\d+)\]\.?(.*)$")
+
+
+@dataclass
+class _Job:
+    id: str
+    fmt: str
+    ctx: RequestContext
+    obj: ObjectModel
+    access: authz.Access
+    match: FieldModel | None
+    targets: list[Target | None]
+    events: bool
+
+
+@dataclass
+class _Batch:
+    rejected: list[tuple[int, str | None, str]] = field(default_factory=list)
+    written: int = 0
+
+    def reject(self, line: int, error: ServiceError) -> None:
+        found = _INDEXED.match(error.field or "")
+        name = found.group(2) if found else error.field
+        message = error.message
+        if found:
+            message = message.removeprefix(f"{error.field}: ").removeprefix(f"[{found.group(1)}]")
+        self.rejected.append((line, name or None, message))
+
+
+def _lock_key(job_id: str) -> int:
+    return int.from_bytes(uuid.UUID(job_id).bytes[:8], "big", signed=True)
+
+
+class ImportWorker:
+    def __init__(
+        self,
+        database_url: str,
+        pool: Any,
+        cache: SchemaCache,
+        *,
+        batch_size: int,
+        poll_seconds: float,
+    ) -> None:
+        self._database_url = database_url
+        self._pool = pool
+        self._cache = cache
+        self._batch_size = batch_size
+        self._poll = poll_seconds
+        self._ids = RecordIds()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                connection = await asyncpg.connect(self._database_url)
+                try:
+                    await _json_codecs(connection)
+                    await self._serve(connection)
+                finally:
+                    await connection.close()
+            except DATABASE_UNAVAILABLE as exc:
+                log.warning("import worker: database unavailable: %s", exc)
+                await asyncio.sleep(self._poll)
+
+    async def _serve(self, connection: Any) -> None:
+        while True:
+            job_id = await self._claim(connection)
+            if job_id is None:
+                await asyncio.sleep(self._poll)
+                continue
+            try:
+                await self._run_job(connection, job_id)
+            except Unavailable as exc:
+                log.warning("import job %s paused: %s", job_id, exc)
+                await asyncio.sleep(self._poll)
+            except DATABASE_UNAVAILABLE:
+                raise
+            except Exception:
+                log.exception("import job %s failed", job_id)
+                await _finish(connection, job_id, import_jobs.FAILED, "internal error")
+            finally:
+                await connection.execute("SELECT pg_advisory_unlock($1)", _lock_key(job_id))
+
+    async def _claim(self, connection: Any) -> str | None:
+        rows = await connection.fetch(
+            "SELECT id::text FROM records.import_jobs WHERE state IN ('queued', 'running') "
+            "ORDER BY created_at LIMIT 50"
+        )
+        for (job_id,) in rows:
+            if await connection.fetchval("SELECT pg_try_advisory_lock($1)", _lock_key(job_id)):
+                return str(job_id)
+        return None
+
+    async def _run_job(self, connection: Any, job_id: str) -> None:
+        row = await connection.fetchrow(
+            "SELECT workspace_id::text, object, format, state, options, principal, rows_read "
+            "FROM records.import_jobs WHERE id = $1",
+            job_id,
+        )
+        if row is None or row["state"] not in import_jobs.ACTIVE:
+            return
+        try:
+            job = await self._job(job_id, row)
+        except ServiceError as exc:
+            await _finish(connection, job_id, import_jobs.FAILED, exc.message)
+            return
+        await connection.execute(
+            "UPDATE records.import_jobs SET state = 'running', "
+            "started_at = coalesce(started_at, now()) WHERE id = $1 AND state = 'queued'",
+            job_id,
+        )
+        reader = Reader(job.fmt, self._chunk_fetcher(job_id))
+        await reader.skip(row["rows_read"])
+        while True:
+            records = await reader.take(self._batch_size)
+            async with connection.transaction():
+                state = await connection.fetchval(
+                    "SELECT state FROM records.import_jobs WHERE id = $1 FOR UPDATE", job_id
+                )
+                if state not in import_jobs.ACTIVE:
+                    return  # cancelled
+                if not records:
+                    await _finish(connection, job_id, import_jobs.SUCCEEDED, None)
+                    return
+                batch = await self._apply(connection, job, records)
+                await _record(connection, job_id, len(records), batch)
+
+    async def _job(self, job_id: str, row: Any) -> _Job:
+        principal = common_pb2.Principal.FromString(row["principal"])
+        model = await self._cache.get(str(row["workspace_id"]))
+        ctx = RequestContext(principal, model)
+        obj = ctx.object(row["object"])
+        access = ctx.require(obj, authz.WRITE)
+        options = row["options"]
+        match = upserts.match_field(obj, options["upsert"]) if options.get("upsert") else None
+        targets: list[Target | None] = []
+        for index, path in enumerate(options.get("columns") or []):
+            targets.append(
+                None if path is None else import_columns.resolve(model, obj, path, str(index))
+            )
+        return _Job(
+            job_id, row["format"], ctx, obj, access, match, targets, options.get("events", True)
+        )
+
+    def _chunk_fetcher(self, job_id: str) -> Any:
+        async def fetch(seq: int) -> bytes | None:
+            async with self._pool.acquire() as connection:
+                data: bytes | None = await connection.fetchval(
+                    "SELECT data FROM records.import_chunks WHERE job_id = $1 AND seq = $2",
+                    job_id,
+                    seq,
+                )
+            return data
+
+        return fetch
+
+    # -- one batch ------------------------------------------------------------------------------
+
+    async def _apply(self, connection: Any, job: _Job, records: list[Any]) -> _Batch:
+        batch = _Batch()
+        rows: list[Row] = []
+        for line, payload, error in records:
+            if error:
+                batch.rejected.append((line, None, error))
+                continue
+            try:
+                if job.fmt == CSV:
+                    rows.append(import_columns.csv_row(line, job.targets, payload))
+                else:
+                    rows.append(import_columns.ndjson_row(job.ctx.model, job.obj, line, payload))
+            except ServiceError as exc:
+                batch.reject(line, exc)
+        rows = await _find_relations(connection, job, rows, batch)
+        pending: list[tuple[int, Prepared]] = []
+        for row in rows:
+            try:
+                prepared = inputs.prepare_create(job.obj, row.data, "", job.access, self._ids)
+            except ServiceError as exc:
+                batch.reject(row.line, exc)
+                continue
+            pending.append((row.line, prepared))
+        if job.match is not None:
+            pending = await _first_occurrences(connection, job, job.match, pending, batch)
+        await _write(connection, job, pending, batch)
+        return batch
+
+
+async def _json_codecs(connection: Any) -> None:
+    for type_name in ("json", "jsonb"):
+        await connection.set_type_codec(
+            type_name,
+            encoder=lambda value: orjson.dumps(value).decode(),
+            decoder=orjson.loads,
+            schema="pg_catalog",
+        )
+
+
+async def _finish(connection: Any, job_id: str, state: str, error: str | None) -> None:
+    await connection.execute(
+        "UPDATE records.import_jobs SET state = $2, error = $3, finished_at = now() "
+        "WHERE id = $1 AND state IN ('queued', 'running')",
+        job_id,
+        state,
+        error,
+    )
+    await import_jobs.drop_upload(connection, job_id)
+
+
+async def _record(connection: Any, job_id: str, read: int, batch: _Batch) -> None:
+    if batch.rejected:
+        await connection.executemany(
+            "INSERT INTO records.import_rejections (job_id, line, field, reason) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            [(job_id, line, name, reason) for line, name, reason in batch.rejected],
+        )
+    await connection.execute(
+        "UPDATE records.import_jobs SET rows_read = rows_read + $2, "
+        "rows_written = rows_written + $3, rows_rejected = rows_rejected + $4 WHERE id = $1",
+        job_id,
+        read,
+        batch.written,
+        len(batch.rejected),
+    )
+
+
+async def _find_relations(connection: Any, job: _Job, rows: list[Row], batch: _Batch) -> list[Row]:
+    """Sets each `<relation>.<unique field>` to the id of the record holding the value."""
+    kept = rows
+    for name in sorted({name for row in rows for name in row.lookups}):
+        relation = job.obj.field(name)
+        target = job.ctx.model.by_id(relation.target_object_id) if relation else None
+        if relation is None or target is None:
+            continue
+        wanted = [(i, row.lookups[name]) for i, row in enumerate(kept) if name in row.lookups]
+        lookup = wanted[0][1][0]
+        access = job.ctx.read_access(target)
+        found: dict[int, str] = {}
+        if access is not None:
+            params = Params()
+            payload = params.add([{"v": value, "i": i} for i, (_, value) in wanted], "json")
+            owner = owner_predicate("t", access, params) or "TRUE"
+            column = quote(lookup.column)
+            try:
+                async with connection.transaction():
+                    result = await connection.fetch(
+                        f"SELECT x.i, t.id::text FROM json_to_recordset({payload}) AS "
+                        f"x(v {lookup.columns[0].sql_type}, i int) JOIN {target.table} t "
+                        f'ON t.{column} = x.v WHERE t."deletedAt" IS NULL AND {owner}',
+                        *params.values,
+                    )
+                found = {row[0]: row[1] for row in result}
+            except asyncpg.DataError:
+                found = {}
+        missing: set[int] = set()
+        for i, (_, value) in wanted:
+            if i in found:
+                kept[i].data[relation.key] = found[i]
+            else:
+                missing.add(i)
+                batch.rejected.append(
+                    (
+                        kept[i].line,
+                        f"{name}.{lookup.name}",
+                        f"no {target.name_singular} with {lookup.name} {value!r}",
+                    )
+                )
+        kept = [row for i, row in enumerate(kept) if i not in missing]
+    return kept
+
+
+async def _first_occurrences(
+    connection: Any,
+    job: _Job,
+    match: FieldModel,
+    pending: list[tuple[int, Prepared]],
+    batch: _Batch,
+) -> list[tuple[int, Prepared]]:
+    """Upserts: a match value seen on an earlier line of the file rejects the later row."""
+    keyed: list[tuple[bytes, int]] = []
+    kept: list[tuple[int, Prepared]] = []
+    for line, prepared in pending:
+        value = prepared.columns.get(match.column)
+        if value is None:
+            batch.rejected.append((line, match.name, f"required to upsert on {match.name}"))
+            continue
+        keyed.append((hashlib.sha256(orjson.dumps(value)).digest(), line))
+        kept.append((line, prepared))
+    if not keyed:
+        return []
+    fresh = {
+        row[0]
+        for row in await connection.fetch(
+            "INSERT INTO records.import_keys (job_id, key_hash, line) "
+            "SELECT $1, k, l FROM unnest($2::bytea[], $3::bigint[]) AS x(k, l) "
+            "ON CONFLICT DO NOTHING RETURNING line",
+            job.id,
+            [k for k, _ in keyed],
+            [line for _, line in keyed],
+        )
+    }
+    result = []
+    for line, prepared in kept:
+        if line in fresh:
+            result.append((line, prepared))
+        else:
+            batch.rejected.append(
+                (line, match.name, f"the same {match.name} as an earlier line of the file")
+            )
+    return result
+
+
+async def _write(
+    connection: Any, job: _Job, pending: list[tuple[int, Prepared]], batch: _Batch
+) -> None:
+    """Writes `pending` in one statement; a row the statement refuses is rejected and the rest
+    written again (in a savepoint each time)."""
+    while pending:
+        try:
+            async with connection.transaction():
+                rows = [prepared for _, prepared in pending]
+                if job.match is not None:
+                    await upserts.upsert(
+                        connection, job.ctx, job.obj, job.access, rows, job.match, (),
+                        events=job.events,
+                    )  # fmt: skip
+                else:
+                    await writes.create(connection, job.ctx, job.obj, rows, (), events=job.events)
+            batch.written += len(pending)
+            return
+        except Unavailable:
+            raise
+        except ServiceError as exc:
+            found = _INDEXED.match(exc.field or "")
+            index = int(found.group(1)) if found else (0 if len(pending) == 1 else None)
+            if index is None or index >= len(pending):
+                # Not attributable to one row: write them one by one.
+                for single in pending:
+                    await _write(connection, job, [single], batch)
+                return
+            repeats = _repeats(job, pending, index, found.group(2) if found else "")
+            if len(repeats) > 1:
+                # A value repeated within the batch: the earliest line keeps it.
+                first = pending[repeats[0]][0]
+                for later in reversed(repeats[1:]):
+                    line = pending[later][0]
+                    batch.rejected.append(
+                        (line, found.group(2) if found else None, f"the same value as line {first}")
+                    )
+                    del pending[later]
+                continue
+            batch.reject(pending[index][0], exc)
+            del pending[index]
+
+
+def _repeats(job: _Job, pending: list[tuple[int, Prepared]], index: int, name: str) -> list[int]:
+    """Indexes of the rows holding row `index`'s value of unique field `name` (with it)."""
+    item = job.obj.field(name) if name else None
+    if item is None or not item.is_unique or len(item.columns) != 1:
+        return [index]
+    value = pending[index][1].columns.get(item.column)
+    return [i for i, (_, row) in enumerate(pending) if row.columns.get(item.column) == value]
