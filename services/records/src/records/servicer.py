@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -14,7 +14,7 @@ from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit import authz
 from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
 from crmkit.principal import PrincipalCodec
-from records import aggregates, idempotency, inputs, migrator, reads, writes
+from records import aggregates, export, export_jobs, idempotency, inputs, migrator, reads, writes
 from records.cache import SchemaCache
 from records.context import RequestContext
 from records.metrics import RecordsMetrics
@@ -332,6 +332,42 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         return await self._write(
             context, ctx, "MergeRecords", records_pb2.MergeRecordsResponse, write
         )
+
+    # -- export ----------------------------------------------------------------------------------
+    async def ExportRecords(  # noqa: N802
+        self, request: records_pb2.ExportRecordsRequest, context: Context
+    ) -> AsyncIterator[records_pb2.ExportChunk]:
+        if request.job_id:
+            principal = self._principals.require(context)
+            model = await self._cache.get(principal.workspace_id, 0)
+            ctx = RequestContext(principal, model)
+            job = await export_jobs.get(self._pool, ctx, request.job_id)
+            request = export_jobs.saved_request(job)
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        query = export.build_query(ctx, obj, access, request)
+        async for chunk in export.stream(self._pool, query, request.format):
+            yield chunk
+
+    async def CreateExportJob(  # noqa: N802
+        self, request: records_pb2.ExportRecordsRequest, context: Context
+    ) -> records_pb2.ExportJob:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        query = export.build_query(ctx, obj, access, request)
+        async with self._pool.acquire() as connection:
+            await connection.prepare(query.sql)  # refuses what the database would refuse
+        return await export_jobs.create(self._pool, ctx, obj.name_singular, request)
+
+    async def GetExportJob(  # noqa: N802
+        self, request: records_pb2.GetExportJobRequest, context: Context
+    ) -> records_pb2.ExportJob:
+        principal = self._principals.require(context)
+        model = await self._cache.get(principal.workspace_id, 0)
+        ctx = RequestContext(principal, model)
+        job = await export_jobs.get(self._pool, ctx, request.id)
+        saved = export_jobs.saved_request(job)
+        obj = ctx.object(saved.ref.object)
+        ctx.require(obj, authz.READ)
+        return job
 
 
 def _not_found(obj: ObjectModel, record_id: str) -> NotFound:
