@@ -341,6 +341,11 @@ def main_on_own_stack(
             smoke=args.smoke,
             database_url=stack.env["DATABASE_URL"],
             nats_url=stack.env["NATS_URL"],
+            service_pids={
+                name: instances[0].process.pid or 0
+                for name, instances in stack.instances.items()
+                if name in ("gateway", "records")
+            },
         )
         results: list[Result] = asyncio.run(run(context))
     finally:

@@ -77,6 +77,7 @@ WORKLOADS = (
     Workload("webhook_retries", "bench.bench_webhook_retries"),
     Workload("subscriptions", "bench.bench_subscriptions"),
     Workload("workflows", "bench.bench_workflows"),
+    Workload("export", "bench.bench_export"),
 )
 
 
