@@ -418,3 +418,23 @@ def test_create_export_refuses_bad_input(admin: Api) -> None:
         error = admin.error(CREATE_EXPORT, variables)
         assert error["extensions"]["code"] in ("BAD_USER_INPUT", "NOT_FOUND"), error
         assert field in str(error), (field, error)
+
+
+def test_an_api_key_s_job_downloads_with_the_key(client: httpx.Client, admin: Api) -> None:
+    admin.create("people", {"firstName": "Keyed"})
+    key = admin.data('mutation { createApiKey(input: {name: "exports"}) { token } }')
+    headers = {"Authorization": f"Bearer {key['createApiKey']['token']}"}
+    response = client.post(
+        "/graphql",
+        json={"query": CREATE_EXPORT, "variables": {"object": "people", "format": "NDJSON"}},
+        headers=headers,
+    )
+    job = response.json()["data"]["createExport"]
+    assert job["fileToken"] is None  # file tokens are issued to users
+    assert "token=" not in job["downloadUrl"]
+    path = f"/rest/exports/{job['id']}/download"
+    assert client.get(path).status_code == 401
+    downloaded = client.get(path, headers=headers)
+    assert downloaded.status_code == 200
+    assert downloaded.headers["content-type"] == "application/x-ndjson"
+    assert [line["firstName"] for line in _ndjson(downloaded.content)] == ["Keyed"]
