@@ -27,8 +27,13 @@ from records.model import FieldModel, ObjectModel, build_json_object, value_expr
 from records.predicates import owner_predicate
 from records.sql import Params, quote
 
-# Rows per FETCH from the cursor, and the size a chunk reaches before it is sent.
-FETCH_ROWS = 2000
+# A FETCH from the cursor asks for about FETCH_BYTES of rows (sized from the previous one's
+# encoded size, the first one FIRST_FETCH_ROWS), encoded SLICE_ROWS at a time; a chunk is sent
+# once it holds CHUNK_BYTES.
+FIRST_FETCH_ROWS = 200
+MAX_FETCH_ROWS = 5000
+FETCH_BYTES = 1024 * 1024
+SLICE_ROWS = 100
 CHUNK_BYTES = 256 * 1024
 
 _JSON_CELL_TYPES = frozenset(
@@ -191,7 +196,9 @@ class Encoder:
 
 async def stream(pool: Any, query: ExportQuery, fmt: int) -> AsyncIterator[records_pb2.ExportChunk]:
     """The chunks of the export: first the header (after the query has started, so a failing
-    query fails before any data), then the rows, CHUNK_BYTES or so at a time."""
+    query fails before any data), then the rows, CHUNK_BYTES or so at a time. A FETCH takes
+    about FETCH_BYTES of rows (fewer rows when they are large), so memory stays flat whatever
+    the size of a row."""
     encoder = Encoder(fmt)
     async with (
         pool.acquire() as connection,
@@ -201,20 +208,26 @@ async def stream(pool: Any, query: ExportQuery, fmt: int) -> AsyncIterator[recor
         # than a request's statement timeout; an export ends when its client goes away.
         await connection.execute("SET LOCAL statement_timeout = 0")
         cursor = await connection.cursor(query.sql, *query.params)
-        rows = await cursor.fetch(FETCH_ROWS)
+        batch = FIRST_FETCH_ROWS
+        rows = await cursor.fetch(batch)
         yield records_pb2.ExportChunk(data=encoder.header(query.header))
         pending: list[bytes] = []
         size = count = 0
         while rows:
-            data = encoder.rows(rows)
-            pending.append(data)
-            size += len(data)
-            count += len(rows)
-            if size >= CHUNK_BYTES:
-                yield records_pb2.ExportChunk(data=b"".join(pending), rows=count)
-                pending, size, count = [], 0, 0
-            if len(rows) < FETCH_ROWS:
+            fetched = 0
+            for start in range(0, len(rows), SLICE_ROWS):
+                part = rows[start : start + SLICE_ROWS]
+                data = encoder.rows(part)
+                pending.append(data)
+                fetched += len(data)
+                size += len(data)
+                count += len(part)
+                if size >= CHUNK_BYTES:
+                    yield records_pb2.ExportChunk(data=b"".join(pending), rows=count)
+                    pending, size, count = [], 0, 0
+            if len(rows) < batch:
                 break
-            rows = await cursor.fetch(FETCH_ROWS)
+            batch = max(1, min(MAX_FETCH_ROWS, FETCH_BYTES * len(rows) // max(1, fetched)))
+            rows = await cursor.fetch(batch)
         if pending:
             yield records_pb2.ExportChunk(data=b"".join(pending), rows=count)

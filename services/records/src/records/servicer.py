@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -12,7 +13,7 @@ from nats.aio.client import Client as NatsClient
 from crm.common.v1 import common_pb2
 from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit import authz
-from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
+from crmkit.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from crmkit.principal import PrincipalCodec
 from records import aggregates, export, export_jobs, idempotency, inputs, migrator, reads, writes
 from records.cache import SchemaCache
@@ -59,6 +60,9 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         self._cache = cache
         self._principals = principals
         self._ids = inputs.RecordIds()
+        # An export holds a pooled connection for as long as its client reads: at most half
+        # the pool, so exports cannot starve every other request of this instance.
+        self._export_slots = asyncio.Semaphore(max(1, pool.get_max_size() // 2))
 
     async def _context(
         self, context: Context, ref: records_pb2.ObjectRef, action: int
@@ -345,8 +349,14 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
             request = export_jobs.saved_request(job)
         ctx, obj, access = await self._context(context, request.ref, authz.READ)
         query = export.build_query(ctx, obj, access, request)
-        async for chunk in export.stream(self._pool, query, request.format):
-            yield chunk
+        if self._export_slots.locked():
+            raise ResourceExhausted(
+                "too many exports are running on this records instance: retry shortly",
+                field="export",
+            )
+        async with self._export_slots:
+            async for chunk in export.stream(self._pool, query, request.format):
+                yield chunk
 
     async def CreateExportJob(  # noqa: N802
         self, request: records_pb2.ExportRecordsRequest, context: Context

@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from crm.common.v1 import common_pb2
 from crm.identity.v1 import identity_pb2
 from crm.records.v1 import records_pb2
-from crmkit.errors import InvalidArgument, Unauthenticated, from_rpc_error
+from crmkit.errors import InvalidArgument, NotFound, Unauthenticated, from_rpc_error
 from crmkit.principal import system_principal
 from crmkit.tokens import TokenType, decode_jwt
 from gateway.auth import authenticate
@@ -103,11 +103,17 @@ async def _file_token_principal(
             "invalid token: issued for another file", reason=common_pb2.ERROR_REASON_TOKEN_INVALID
         )
     # The creator's current access (a role change or removal since applies at once).
-    author = await call(
-        state.upstreams.auth.ResolveAuthor,
-        identity_pb2.ResolveAuthorRequest(user_id=claims.sub),
-        state.principals.metadata(system_principal(claims.workspace_id)),
-    )
+    try:
+        author = await call(
+            state.upstreams.auth.ResolveAuthor,
+            identity_pb2.ResolveAuthorRequest(user_id=claims.sub),
+            state.principals.metadata(system_principal(claims.workspace_id)),
+        )
+    except NotFound:
+        raise Unauthenticated(
+            "invalid token: its user is no longer a member of the workspace",
+            reason=common_pb2.ERROR_REASON_TOKEN_REVOKED,
+        ) from None
     principal: common_pb2.Principal = author
     return principal
 
@@ -119,7 +125,7 @@ async def _stream(
     fmt: int,
     name: str,
 ) -> Response:
-    stream = state.upstreams.records.ExportRecords(message, metadata=metadata)
+    stream = state.upstreams.exports.ExportRecords(message, metadata=metadata)
     try:
         first = await stream.read()
     except grpc.aio.AioRpcError as exc:
