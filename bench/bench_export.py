@@ -86,7 +86,15 @@ def _postgres_cpu_seconds(database_url: str) -> float:
 
 
 async def _seed(ctx: BenchContext, http: aiohttp.ClientSession, rows: int) -> dict[str, str]:
-    account = await signup(http, ctx.base_url, "Export bench")
+    deadline = time.monotonic() + 60
+    while True:  # a just-started stack may answer 503 for a moment (an upstream not ready)
+        try:
+            account = await signup(http, ctx.base_url, "Export bench")
+            break
+        except RuntimeError as exc:
+            if "(503)" not in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1)
     schema = workspace_schema_name(account["workspace"]["id"])
     connection = await asyncpg.connect(ctx.database_url)
     try:
