@@ -81,6 +81,7 @@ WORKLOADS = (
     Workload("relay", "bench.bench_relay"),
     Workload("events", "bench.bench_events"),
     Workload("imports", "bench.bench_imports"),
+    Workload("export", "bench.bench_export"),
 )
 
 

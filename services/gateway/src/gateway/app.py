@@ -31,6 +31,7 @@ from gateway.graphql.endpoint import (
     static_graphql_endpoint,
     workspace_graphql_endpoint,
 )
+from gateway.graphql.exports import EXPORTS_PART
 from gateway.graphql.identity import IDENTITY_PART
 from gateway.graphql.imports import IMPORTS_PART
 from gateway.graphql.metadata_ops import METADATA_PART
@@ -44,6 +45,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.ratelimit.http import RateLimitHeadersMiddleware
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.redis_connection import PipelinedRedis
+from gateway.rest import export as rest_export
 from gateway.rest import history as rest_history
 from gateway.rest import imports
 from gateway.rest import routes as rest
@@ -70,6 +72,7 @@ SCHEMA_PARTS: tuple[SchemaPart, ...] = (
     WORKFLOWS_PART,
     IMPORTS_PART,
     SUBSCRIPTIONS_PART,
+    EXPORTS_PART,
 )
 
 
@@ -152,6 +155,8 @@ def _add_rest_routes(app: FastAPI, routes: RouteTable) -> None:
     routes.add(app, "/rest/{object}/merge", rest.merge_records, ["PATCH"])
     routes.add(app, "/rest/{object}/groupBy", rest.group_records, ["GET"])
     routes.add(app, "/rest/{object}/{id}/history", rest_history.record_history, ["GET"])
+    routes.add(app, "/rest/exports/{id}/download", rest_export.download_export, ["GET"])
+    routes.add(app, "/rest/{object}/export", rest_export.export_records, ["GET"])
     routes.add(app, "/rest/{object}/{id}", rest.get_record, ["GET"])
     routes.add(app, "/rest/{object}/{id}", rest.update_record, ["PATCH"])
     routes.add(app, "/rest/{object}/{id}", rest.delete_record, ["DELETE"])

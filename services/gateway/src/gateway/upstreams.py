@@ -13,7 +13,7 @@ from crm.metadata.v1 import metadata_pb2_grpc
 from crm.records.v1 import records_pb2_grpc
 from crm.webhooks.v1 import webhooks_pb2_grpc
 from crm.workflows.v1 import workflows_pb2_grpc
-from crmkit.grpc_client import open_channel
+from crmkit.grpc_client import STREAMING_OPTIONS, open_channel
 from gateway.settings import GatewaySettings
 
 
@@ -28,6 +28,10 @@ class Upstreams:
     metadata: metadata_pb2_grpc.MetadataServiceStub
     records: records_pb2_grpc.RecordsServiceStub
     imports: records_pb2_grpc.ImportServiceStub
+    # Exports stream on a channel of their own to records, with a fixed receive window
+    # (STREAMING_OPTIONS); not in `channels`, which are the health-checked upstreams.
+    exports_channel: grpc.aio.Channel
+    exports: records_pb2_grpc.RecordsServiceStub
     webhooks: webhooks_pb2_grpc.WebhookServiceStub
     workflows: workflows_pb2_grpc.WorkflowServiceStub
 
@@ -42,6 +46,9 @@ class Upstreams:
             "workflows": open_channel(settings.WORKFLOWS_ADDR, timeout, keepalive),
         }
         identity = channels["identity"]
+        exports = open_channel(
+            settings.RECORDS_ADDR, timeout, keepalive, extra_options=STREAMING_OPTIONS
+        )
         return cls(
             channels=channels,
             auth=identity_pb2_grpc.AuthServiceStub(identity),
@@ -52,9 +59,12 @@ class Upstreams:
             metadata=metadata_pb2_grpc.MetadataServiceStub(channels["metadata"]),
             records=records_pb2_grpc.RecordsServiceStub(channels["records"]),
             imports=records_pb2_grpc.ImportServiceStub(channels["records"]),
+            exports_channel=exports,
+            exports=records_pb2_grpc.RecordsServiceStub(exports),
             webhooks=webhooks_pb2_grpc.WebhookServiceStub(channels["webhooks"]),
             workflows=workflows_pb2_grpc.WorkflowServiceStub(channels["workflows"]),
         )
 
     async def close(self) -> None:
-        await asyncio.gather(*(channel.close() for channel in self.channels.values()))
+        channels = [*self.channels.values(), self.exports_channel]
+        await asyncio.gather(*(channel.close() for channel in channels))

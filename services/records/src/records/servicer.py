@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -12,9 +13,20 @@ from nats.aio.client import Client as NatsClient
 from crm.common.v1 import common_pb2
 from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit import authz
-from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
+from crmkit.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from crmkit.principal import PrincipalCodec
-from records import aggregates, history, idempotency, inputs, migrator, reads, upserts, writes
+from records import (
+    aggregates,
+    export,
+    export_jobs,
+    history,
+    idempotency,
+    inputs,
+    migrator,
+    reads,
+    upserts,
+    writes,
+)
 from records.cache import SchemaCache
 from records.context import RequestContext
 from records.metrics import RecordsMetrics
@@ -59,6 +71,9 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         self._cache = cache
         self._principals = principals
         self._ids = inputs.RecordIds()
+        # An export holds a pooled connection for as long as its client reads: at most half
+        # the pool, so exports cannot starve every other request of this instance.
+        self._export_slots = asyncio.Semaphore(max(1, pool.get_max_size() // 2))
 
     async def _context(
         self, context: Context, ref: records_pb2.ObjectRef, action: int
@@ -380,6 +395,48 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         return records_pb2.ListHistoryResponse(
             entries_json=page.entries_json, cursors=page.cursors, page_info=page.page_info
         )
+
+    # -- export ----------------------------------------------------------------------------------
+    async def ExportRecords(  # noqa: N802
+        self, request: records_pb2.ExportRecordsRequest, context: Context
+    ) -> AsyncIterator[records_pb2.ExportChunk]:
+        if request.job_id:
+            principal = self._principals.require(context)
+            model = await self._cache.get(principal.workspace_id, 0)
+            ctx = RequestContext(principal, model)
+            job = await export_jobs.get(self._pool, ctx, request.job_id)
+            request = export_jobs.saved_request(job)
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        query = export.build_query(ctx, obj, access, request)
+        if self._export_slots.locked():
+            raise ResourceExhausted(
+                "too many exports are running on this records instance: retry shortly",
+                field="export",
+            )
+        async with self._export_slots:
+            async for chunk in export.stream(self._pool, query, request.format):
+                yield chunk
+
+    async def CreateExportJob(  # noqa: N802
+        self, request: records_pb2.ExportRecordsRequest, context: Context
+    ) -> records_pb2.ExportJob:
+        ctx, obj, access = await self._context(context, request.ref, authz.READ)
+        query = export.build_query(ctx, obj, access, request)
+        async with self._pool.acquire() as connection:
+            await connection.prepare(query.sql)  # refuses what the database would refuse
+        return await export_jobs.create(self._pool, ctx, obj.name_singular, request)
+
+    async def GetExportJob(  # noqa: N802
+        self, request: records_pb2.GetExportJobRequest, context: Context
+    ) -> records_pb2.ExportJob:
+        principal = self._principals.require(context)
+        model = await self._cache.get(principal.workspace_id, 0)
+        ctx = RequestContext(principal, model)
+        job = await export_jobs.get(self._pool, ctx, request.id)
+        saved = export_jobs.saved_request(job)
+        obj = ctx.object(saved.ref.object)
+        ctx.require(obj, authz.READ)
+        return job
 
 
 def _not_found(obj: ObjectModel, record_id: str) -> NotFound:

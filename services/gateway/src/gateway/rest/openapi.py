@@ -419,6 +419,19 @@ def _responses(status: str, description: str, schema: Schema) -> Schema:
     return responses
 
 
+def _export_responses() -> Schema:
+    responses = _responses("200", "", {})
+    responses["200"] = {
+        "description": "The file, chunked: a CSV header and rows, or one record JSON per line.",
+        "headers": _headers("200"),
+        "content": {
+            "text/csv; charset=utf-8": {"schema": {"type": "string"}},
+            "application/x-ndjson": {"schema": {"type": "string"}},
+        },
+    }
+    return responses
+
+
 def _data(schema: Schema, **extra: Schema) -> Schema:
     return {
         "type": "object",
@@ -575,6 +588,36 @@ def _operations(model: DataModel, obj: ObjectModel) -> dict[str, Schema]:
                     ),
                 }
             )
+        },
+        f"/rest/{plural}/export": {
+            "get": {
+                "operationId": f"export_{plural}",
+                "summary": f"Every matching {obj.singular} as CSV or NDJSON, streamed",
+                "description": "The list's filters, orderBy and fields, no page size, read "
+                "from one snapshot (docs/api.md, Export).",
+                "tags": tag,
+                "parameters": [
+                    {
+                        "name": "format",
+                        "in": "query",
+                        "required": True,
+                        "schema": {"type": "string", "enum": ["csv", "ndjson"]},
+                    },
+                    {
+                        "name": "relationField",
+                        "in": "query",
+                        "required": False,
+                        "description": "Also export this field of each many-to-one relation's "
+                        "target (e.g. name).",
+                        "schema": {"type": "string"},
+                    },
+                    _fields_parameter(obj),
+                    *_filter_parameters(model, obj),
+                    _JSON_FILTER,
+                    *_order_parameters(obj),
+                ],
+                "responses": _export_responses(),
+            }
         },
         f"/rest/{plural}/groupBy": {
             "get": {
