@@ -35,6 +35,7 @@ from gateway.graphql.identity import IDENTITY_PART
 from gateway.graphql.metadata_ops import METADATA_PART
 from gateway.graphql.parts import SchemaPart
 from gateway.graphql.schema import build_static_schema
+from gateway.graphql.search import SEARCH_PART
 from gateway.graphql.version import VERSION_PART
 from gateway.graphql.webhooks import WEBHOOKS_PART
 from gateway.graphql.workflows import WORKFLOWS_PART
@@ -44,6 +45,7 @@ from gateway.ratelimit.http import RateLimitHeadersMiddleware
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.redis_connection import PipelinedRedis
 from gateway.rest import routes as rest
+from gateway.rest import search as rest_search
 from gateway.rest.openapi import open_api
 from gateway.routing import RouteTable
 from gateway.settings import GatewaySettings
@@ -66,6 +68,7 @@ SCHEMA_PARTS: tuple[SchemaPart, ...] = (
     WEBHOOKS_PART,
     WORKFLOWS_PART,
     SUBSCRIPTIONS_PART,
+    SEARCH_PART,
 )
 
 
@@ -137,6 +140,7 @@ def _add_rest_routes(app: FastAPI, routes: RouteTable) -> None:
     """The spec's REST table. Fixed segments come before `{id}` so `merge` and `groupBy` are
     never read as ids."""
     routes.add(app, "/rest/open-api", open_api, ["GET"])
+    routes.add(app, "/rest/search", rest_search.search, ["GET"])
     routes.add(app, "/rest/batch/{object}", rest.create_batch, ["POST"])
     routes.add(app, "/rest/restore/{object}/{id}", rest.restore_record, ["PATCH"])
     routes.add(app, "/rest/{object}/duplicates", rest.find_duplicates, ["POST"])

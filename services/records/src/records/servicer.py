@@ -14,7 +14,7 @@ from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit import authz
 from crmkit.errors import InvalidArgument, NotFound, PermissionDenied
 from crmkit.principal import PrincipalCodec
-from records import aggregates, idempotency, inputs, migrator, reads, writes
+from records import aggregates, idempotency, inputs, migrator, reads, search, search_ddl, writes
 from records.cache import SchemaCache
 from records.context import RequestContext
 from records.metrics import RecordsMetrics
@@ -59,6 +59,7 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         self._cache = cache
         self._principals = principals
         self._ids = inputs.RecordIds()
+        self._trigram = ""  # pg_trgm's schema, looked up on the first search
 
     async def _context(
         self, context: Context, ref: records_pb2.ObjectRef, action: int
@@ -193,6 +194,17 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         async with self._pool.acquire() as connection:
             groups = await reads.list_related(connection, ctx, obj, access, request)
         return records_pb2.ListRelatedResponse(groups=groups)
+
+    async def Search(  # noqa: N802
+        self, request: records_pb2.SearchRequest, context: Context
+    ) -> records_pb2.SearchResponse:
+        principal = self._principals.require(context)
+        model = await self._cache.get(principal.workspace_id, request.metadata_version)
+        ctx = RequestContext(principal, model)
+        async with self._pool.acquire() as connection:
+            if not self._trigram:
+                self._trigram = await search_ddl.trigram_schema(connection)
+            return await search.search(connection, ctx, self._trigram, request)
 
     # -- update ----------------------------------------------------------------------------------
     async def UpdateRecord(  # noqa: N802

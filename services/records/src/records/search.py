@@ -1,0 +1,226 @@
+"""Search across objects: one statement, a ranked scan of each readable object's search index.
+
+The query is split into words (terms), folded like the index (lower + unaccent). A record
+matches when every term matches its searchable text: a term of three or more characters as a
+substring or, typo-tolerant, by trigram word similarity (`<%`, at least SIMILARITY); a shorter
+term as the start of a word. Each term scores the similarity plus a boost: 2 when the text starts
+with it, 1.5 when a word does, 1 for a substring; the record's score is the mean over the terms.
+Results are ordered by score, object name and id, keyset-paged by an opaque cursor.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from crm.common.v1 import common_pb2
+from crm.records.v1 import records_pb2
+from crmkit.authz import Access
+from crmkit.errors import InvalidArgument
+from records import search_ddl
+from records.context import RequestContext
+from records.model import FieldModel, ObjectModel
+from records.predicates import owner_predicate
+from records.sql import Params, literal, quote
+
+DEFAULT_FIRST = 20
+MAX_FIRST = 100
+MAX_QUERY = 200
+MAX_TERMS = 8
+SHORT_TERM = 3  # terms shorter than this match word starts only (no substring trigrams)
+SIMILARITY = 0.5  # pg_trgm word similarity a typo-tolerant match needs
+_SCORE = '"_search score"'  # a column alias no field name can take
+
+
+@dataclass(frozen=True)
+class Term:
+    prefix: str  # placeholders of the folded LIKE patterns: text start, word start, substring
+    word: str
+    substring: str
+    folded: str  # placeholder of the folded term
+    short: bool
+
+
+@dataclass(frozen=True)
+class Cursor:
+    score: float
+    object: str
+    id: str
+
+
+def _escape(term: str) -> str:
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def parse_terms(query: str) -> list[str]:
+    text = query.strip()
+    if not text:
+        raise InvalidArgument("query must not be empty", field="query")
+    if len(text) > MAX_QUERY:
+        raise InvalidArgument(f"query must be at most {MAX_QUERY} characters", field="query")
+    terms = text.split()
+    if len(terms) > MAX_TERMS:
+        raise InvalidArgument(f"query must have at most {MAX_TERMS} words", field="query")
+    return terms
+
+
+def page_size(first: int) -> int:
+    if first == 0:
+        return DEFAULT_FIRST
+    if not 1 <= first <= MAX_FIRST:
+        raise InvalidArgument(f"first must be between 1 and {MAX_FIRST}", field="first")
+    return first
+
+
+def encode_cursor(score: float, object_name: str, record_id: str) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps([score, object_name, record_id])).decode()
+
+
+def decode_cursor(text: str) -> Cursor:
+    try:
+        score, object_name, record_id = orjson.loads(base64.urlsafe_b64decode(text.encode()))
+        return Cursor(float(score), str(object_name), str(uuid.UUID(record_id)))
+    except (ValueError, TypeError, AttributeError):
+        raise InvalidArgument("after: not a search cursor", field="after") from None
+
+
+def _bind_terms(terms: list[str], params: Params) -> list[Term]:
+    fold = search_ddl.FOLD
+    bound = []
+    for term in terms:
+        escaped = _escape(term)
+        bound.append(
+            Term(
+                prefix=f"{fold}({params.add(escaped + '%', 'text')})",
+                word=f"{fold}({params.add('% ' + escaped + '%', 'text')})",
+                substring=f"{fold}({params.add('%' + escaped + '%', 'text')})",
+                folded=f"{fold}({params.add(term, 'text')})",
+                short=len(term) < SHORT_TERM,
+            )
+        )
+    return bound
+
+
+class _Statement:
+    def __init__(self, ctx: RequestContext, trigram: str, terms: list[Term], size: int) -> None:
+        self.ctx = ctx
+        self.trigram = quote(trigram)
+        self.terms = terms
+        self.size = size
+
+    def _similar(self, term: Term, text: str) -> str:
+        return f"{term.folded} OPERATOR({self.trigram}.<%) {text}"
+
+    def _matches(self, term: Term, text: str) -> str:
+        if term.short:
+            return f"({text} LIKE {term.prefix} OR {text} LIKE {term.word})"
+        return f"({text} LIKE {term.substring} OR {self._similar(term, text)})"
+
+    def _score(self, text: str) -> str:
+        parts = [
+            f"(CASE WHEN {text} LIKE {t.prefix} THEN 2.0 WHEN {text} LIKE {t.word} THEN 1.5 "
+            f"WHEN {text} LIKE {t.substring} THEN 1.0 ELSE 0.0 END "
+            f"+ {self.trigram}.word_similarity({t.folded}, {text}))"
+            for t in self.terms
+        ]
+        return f"(({' + '.join(parts)}) / {len(self.terms)})::float8"
+
+    def _matched(self, fields: list[FieldModel], alias: str) -> str:
+        cases = []
+        for item in fields:
+            text = search_ddl.document([item], alias)
+            hit = " OR ".join(self._matches(term, text) for term in self.terms)
+            cases.append(f"CASE WHEN {hit} THEN {literal(item.name)} END")
+        return f"array_remove(ARRAY[{', '.join(cases)}]::text[], NULL)"
+
+    def object_scan(
+        self, obj: ObjectModel, access: Access, after: Cursor | None, params: Params
+    ) -> str:
+        fields = search_ddl.searchable_fields(obj)
+        text = search_ddl.document(fields, "t")
+        where = ['t."deletedAt" IS NULL', *(self._matches(term, text) for term in self.terms)]
+        owner = owner_predicate("t", access, params)
+        if owner:
+            where.append(owner)
+        score = self._score(text)
+        if after is not None:
+            where.append(self._after(obj, score, after, params))
+        name = literal(obj.name_singular)
+        return (
+            f"SELECT {name} AS o, x.id, x.{_SCORE} AS score, "
+            f"({obj.json_expression('x')})::text AS j, {self._matched(fields, 'x')} AS m FROM ("
+            f"SELECT t.*, {score} AS {_SCORE} FROM {obj.table} t WHERE {' AND '.join(where)} "
+            f"ORDER BY {_SCORE} DESC, t.id LIMIT {self.size + 1}) x"
+        )
+
+    @staticmethod
+    def _after(obj: ObjectModel, score: str, after: Cursor, params: Params) -> str:
+        """Rows after the cursor in (score DESC, object, id) order, within this object."""
+        cut = params.add(after.score, "float8")
+        if obj.name_singular < after.object:
+            return f"{score} < {cut}"
+        if obj.name_singular > after.object:
+            return f"{score} <= {cut}"
+        return f"({score} < {cut} OR ({score} = {cut} AND t.id > {params.add(after.id, 'uuid')}))"
+
+
+def _objects(ctx: RequestContext, names: list[str]) -> list[ObjectModel]:
+    if not names:
+        chosen = [obj for obj in ctx.model.objects.values() if obj.is_active]
+    else:
+        chosen = []
+        for name in names:
+            found = ctx.model.object(name)
+            if found is None:
+                raise InvalidArgument(f"objects: unknown object {name!r}", field="objects")
+            if found not in chosen:
+                chosen.append(found)
+    return sorted(chosen, key=lambda obj: obj.name_singular)
+
+
+async def search(
+    connection: Any, ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest
+) -> records_pb2.SearchResponse:
+    terms = parse_terms(request.query)
+    size = page_size(request.first)
+    objects = _objects(ctx, list(request.objects))
+    after = decode_cursor(request.after) if request.after else None
+    params = Params()
+    statement = _Statement(ctx, trigram, _bind_terms(terms, params), size)
+    scans = []
+    for obj in objects:
+        access = ctx.read_access(obj)
+        if access is None or not search_ddl.searchable_fields(obj):
+            continue  # objects the caller cannot read are skipped, not refused
+        scans.append(f"({statement.object_scan(obj, access, after, params)})")
+    if not scans:
+        return records_pb2.SearchResponse(page_info=common_pb2.PageInfo())
+    sql = (
+        f"SELECT o, id::text, score, j, m FROM ({' UNION ALL '.join(scans)}) r "
+        f'ORDER BY score DESC, o COLLATE "C", id LIMIT {size + 1}'
+    )
+    async with connection.transaction(readonly=True):
+        await connection.execute(f"SET LOCAL pg_trgm.word_similarity_threshold = {SIMILARITY}")
+        rows = await connection.fetch(sql, *params.values)
+    more = len(rows) > size
+    hits = [
+        records_pb2.SearchHit(
+            object=row[0],
+            record_json=row[3].encode(),
+            score=row[2],
+            matched_fields=list(row[4]),
+            cursor=encode_cursor(row[2], row[0], row[1]),
+        )
+        for row in rows[:size]
+    ]
+    info = common_pb2.PageInfo(
+        has_next_page=more,
+        has_previous_page=after is not None,
+        start_cursor=hits[0].cursor if hits else "",
+        end_cursor=hits[-1].cursor if hits else "",
+    )
+    return records_pb2.SearchResponse(hits=hits, page_info=info)
