@@ -71,6 +71,7 @@ class Workload:
 # In run order: the records workloads first, on a quiet machine.
 WORKLOADS = (
     Workload("records", "bench.bench_records"),
+    Workload("search", "bench.bench_search"),
     Workload("burst", "bench.bench_burst"),
     Workload("rate_limit", "bench.bench_rate_limit"),
     Workload("webhooks", "bench.bench_webhooks"),

@@ -125,7 +125,7 @@ async def _plan(connection: Any, schema_name: str, model: WorkspaceModel) -> lis
     catalog = await ddl.read_catalog(connection, schema_name)
     statements = ddl.plan(schema_name, catalog, model)
     trigram = await search_ddl.trigram_schema(connection)
-    return statements + search_ddl.plan(schema_name, catalog.indexes, model, trigram)
+    return statements + search_ddl.plan(schema_name, catalog, model, trigram)
 
 
 async def applied_version(pool: Any, workspace_id: str) -> tuple[int, str]:

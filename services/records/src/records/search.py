@@ -23,7 +23,7 @@ from crmkit.authz import Access
 from crmkit.errors import InvalidArgument
 from records import search_ddl
 from records.context import RequestContext
-from records.model import FieldModel, ObjectModel
+from records.model import ObjectModel
 from records.predicates import owner_predicate
 from records.sql import Params, literal, quote
 
@@ -121,27 +121,41 @@ class _Statement:
         return f"({text} LIKE {term.substring} OR {self._similar(term, text)})"
 
     def _score(self, text: str) -> str:
+        """Per term: 3 when the text starts with it, 2.5 when a word does, 2 for a substring,
+        else its word similarity (below 1); averaged, less up to 0.1 for long texts (so within a
+        tier the closer, shorter text comes first). Similarity is computed only for rows no
+        LIKE matched: common words would otherwise cost a trigram comparison per candidate."""
         parts = [
-            f"(CASE WHEN {text} LIKE {t.prefix} THEN 2.0 WHEN {text} LIKE {t.word} THEN 1.5 "
-            f"WHEN {text} LIKE {t.substring} THEN 1.0 ELSE 0.0 END "
-            f"+ {self.trigram}.word_similarity({t.folded}, {text}))"
+            f"CASE WHEN {text} LIKE {t.prefix} THEN 3.0 WHEN {text} LIKE {t.word} THEN 2.5 "
+            f"WHEN {text} LIKE {t.substring} THEN 2.0 "
+            f"ELSE {self.trigram}.word_similarity({t.folded}, {text}) END"
             for t in self.terms
         ]
-        return f"(({' + '.join(parts)}) / {len(self.terms)})::float8"
+        return (
+            f"(({' + '.join(parts)}) / {len(self.terms)} "
+            f"- least(length({text}), 1000) / 10000.0)::float8"
+        )
 
-    def _matched(self, fields: list[FieldModel], alias: str) -> str:
-        cases = []
-        for item in fields:
-            text = search_ddl.document([item], alias)
-            hit = " OR ".join(self._matches(term, text) for term in self.terms)
-            cases.append(f"CASE WHEN {hit} THEN {literal(item.name)} END")
-        return f"array_remove(ARRAY[{', '.join(cases)}]::text[], NULL)"
+    def matched(self, objects: list[ObjectModel], alias: str) -> str:
+        """The searchable fields of each result that match, from its record JSON `alias.v`."""
+        branches = []
+        for obj in objects:
+            cases = []
+            for item in search_ddl.searchable_fields(obj):
+                text = f"{search_ddl.FOLD}({alias}.v ->> {literal(item.key)})"
+                hit = " OR ".join(self._matches(term, text) for term in self.terms)
+                cases.append(f"CASE WHEN {hit} THEN {literal(item.name)} END")
+            branches.append(
+                f"WHEN {literal(obj.name_singular)} THEN "
+                f"array_remove(ARRAY[{', '.join(cases)}]::text[], NULL)"
+            )
+        return f"CASE {alias}.o {' '.join(branches)} ELSE '{{}}'::text[] END"
 
     def object_scan(
         self, obj: ObjectModel, access: Access, after: Cursor | None, params: Params
     ) -> str:
-        fields = search_ddl.searchable_fields(obj)
-        text = search_ddl.document(fields, "t")
+        column = search_ddl.column_name(search_ddl.searchable_fields(obj))
+        text = f"t.{quote(column)}"
         where = ['t."deletedAt" IS NULL', *(self._matches(term, text) for term in self.terms)]
         owner = owner_predicate("t", access, params)
         if owner:
@@ -152,7 +166,7 @@ class _Statement:
         name = literal(obj.name_singular)
         return (
             f"SELECT {name} AS o, x.id, x.{_SCORE} AS score, "
-            f"({obj.json_expression('x')})::text AS j, {self._matched(fields, 'x')} AS m FROM ("
+            f"({obj.json_expression('x')})::text AS j FROM ("
             f"SELECT t.*, {score} AS {_SCORE} FROM {obj.table} t WHERE {' AND '.join(where)} "
             f"ORDER BY {_SCORE} DESC, t.id LIMIT {self.size + 1}) x"
         )
@@ -191,17 +205,21 @@ async def search(
     after = decode_cursor(request.after) if request.after else None
     params = Params()
     statement = _Statement(ctx, trigram, _bind_terms(terms, params), size)
-    scans = []
+    scans, searched = [], []
     for obj in objects:
         access = ctx.read_access(obj)
         if access is None or not search_ddl.searchable_fields(obj):
             continue  # objects the caller cannot read are skipped, not refused
+        searched.append(obj)
         scans.append(f"({statement.object_scan(obj, access, after, params)})")
     if not scans:
         return records_pb2.SearchResponse(page_info=common_pb2.PageInfo())
+    order = 'ORDER BY score DESC, o COLLATE "C", id'
+    # Matched fields are worked out for the final page only (from its record JSON).
     sql = (
-        f"SELECT o, id::text, score, j, m FROM ({' UNION ALL '.join(scans)}) r "
-        f'ORDER BY score DESC, o COLLATE "C", id LIMIT {size + 1}'
+        f"SELECT o, id::text, score, j, {statement.matched(searched, 'page')} FROM ("
+        f"SELECT o, id, score, j, j::json AS v FROM ({' UNION ALL '.join(scans)}) r "
+        f"{order} LIMIT {size + 1}) page {order}"
     )
     async with connection.transaction(readonly=True):
         await connection.execute(f"SET LOCAL pg_trgm.word_similarity_threshold = {SIMILARITY}")

@@ -1,10 +1,11 @@
-"""The search index of each object: one GIN trigram index over its searchable fields.
+"""The search text of each object: a generated column and a GIN trigram index over it.
 
-The indexed expression is `records.search_fold` (lower + unaccent) of the searchable columns
-joined by spaces, the same text `records.search` matches, so a search's LIKE and similarity
-conditions run on the index. The index name carries a digest of the object id and of the
-searchable field ids: a field made searchable or not gives a new name, so the planner builds the
-new index and drops the old one, in the migration that changes the metadata (no restart).
+The column holds `records.search_fold` (lower + unaccent) of the searchable columns joined by
+spaces, computed once per write (STORED), so a search reads it instead of folding every
+candidate row again; `records.search` matches and ranks on it. Its name carries a digest of the
+searchable field ids: a field made searchable or not gives a new name, so the planner adds the
+new column and index and drops the old column, in the migration that changes the metadata (no
+restart). Field names are camelCase, so `_search_...` never collides with a field's column.
 Separate from `records.ddl`, which plans the tables and per-field indexes.
 """
 
@@ -14,10 +15,12 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
+from records.ddl import Catalog
 from records.model import SEARCHABLE_TYPES, FieldModel, ObjectModel, WorkspaceModel
 from records.sql import quote
 
 PREFIX = "sx_"
+COLUMN_PREFIX = "_search_"
 FOLD = "records.search_fold"
 
 
@@ -52,28 +55,38 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def object_prefix(obj: ObjectModel) -> str:
-    return f"{PREFIX}{_digest(obj.id)}_"
+def column_name(fields: list[FieldModel]) -> str:
+    """The generated search column of `fields` (see the module docstring)."""
+    return COLUMN_PREFIX + _digest(":".join(item.id for item in fields))
 
 
 def index_name(obj: ObjectModel, fields: list[FieldModel]) -> str:
-    return object_prefix(obj) + _digest(":".join(item.id for item in fields))
+    return f"{PREFIX}{_digest(obj.id)}_{_digest(':'.join(item.id for item in fields))}"
 
 
-def plan(schema: str, indexes: set[str], model: WorkspaceModel, trigram: str) -> list[str]:
-    """Statements that bring every object's search index to its searchable fields."""
+def plan(schema: str, catalog: Catalog, model: WorkspaceModel, trigram: str) -> list[str]:
+    """Statements that bring every object's search column and index to its searchable fields;
+    `catalog` as `records.ddl.plan` left it (tables renamed and created)."""
     statements: list[str] = []
     for obj in model.objects.values():
+        table = catalog.tables.get(obj.name_singular)
+        columns = [] if table is None else list(table.columns)
+        existing = [name for name in columns if name.startswith(COLUMN_PREFIX)]
         fields = searchable_fields(obj) if obj.is_active else []
-        wanted = index_name(obj, fields) if fields else ""
-        stale = sorted(
-            name for name in indexes if name.startswith(object_prefix(obj)) and name != wanted
-        )
-        statements.extend(f"DROP INDEX IF EXISTS {quote(schema)}.{quote(name)}" for name in stale)
-        if wanted and wanted not in indexes:
+        wanted = column_name(fields) if fields else ""
+        if wanted and wanted not in existing:
             statements.append(
-                f"CREATE INDEX IF NOT EXISTS {quote(wanted)} ON {obj.table} "
-                f"USING gin (({document(fields)}) {quote(trigram)}.gin_trgm_ops) "
+                f"ALTER TABLE {obj.table} ADD COLUMN {quote(wanted)} text "
+                f"GENERATED ALWAYS AS ({document(fields)}) STORED"
+            )
+            statements.append(
+                f"CREATE INDEX IF NOT EXISTS {quote(index_name(obj, fields))} ON {obj.table} "
+                f"USING gin ({quote(wanted)} {quote(trigram)}.gin_trgm_ops) "
                 'WHERE "deletedAt" IS NULL'
             )
+        statements.extend(
+            f"ALTER TABLE {obj.table} DROP COLUMN IF EXISTS {quote(name)}"
+            for name in sorted(existing)
+            if name != wanted
+        )
     return statements
