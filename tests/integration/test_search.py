@@ -164,6 +164,7 @@ def test_bad_input_is_refused_in_the_error_shape(api: Api) -> None:
         ({}, "q"),
         ({"q": "   "}, "q"),
         ({"q": "x" * 201}, "q"),
+        ({"q": "nul\x00byte"}, "q"),
         ({"q": "valid", "objects": "people,starships"}, "objects"),
         ({"q": "valid", "limit": "101"}, "limit"),
         ({"q": "valid", "limit": "0"}, "limit"),

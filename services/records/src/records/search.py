@@ -60,6 +60,8 @@ def parse_terms(query: str) -> list[str]:
     text = query.strip()
     if not text:
         raise InvalidArgument("query must not be empty", field="query")
+    if "\x00" in text:
+        raise InvalidArgument("query must not contain NUL characters", field="query")
     if len(text) > MAX_QUERY:
         raise InvalidArgument(f"query must be at most {MAX_QUERY} characters", field="query")
     terms = text.split()
@@ -196,9 +198,16 @@ def _objects(ctx: RequestContext, names: list[str]) -> list[ObjectModel]:
     return sorted(chosen, key=lambda obj: obj.name_singular)
 
 
-async def search(
-    connection: Any, ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest
-) -> records_pb2.SearchResponse:
+@dataclass(frozen=True)
+class Plan:
+    sql: str  # empty: no object to search
+    params: list[Any]
+    size: int
+    after: Cursor | None
+
+
+def plan(ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest) -> Plan:
+    """The statement answering `request` (checked), and its parameters."""
     terms = parse_terms(request.query)
     size = page_size(request.first)
     objects = _objects(ctx, list(request.objects))
@@ -213,7 +222,7 @@ async def search(
         searched.append(obj)
         scans.append(f"({statement.object_scan(obj, access, after, params)})")
     if not scans:
-        return records_pb2.SearchResponse(page_info=common_pb2.PageInfo())
+        return Plan("", [], size, after)
     order = 'ORDER BY score DESC, o COLLATE "C", id'
     # Matched fields are worked out for the final page only (from its record JSON).
     sql = (
@@ -221,9 +230,24 @@ async def search(
         f"SELECT o, id, score, j, j::json AS v FROM ({' UNION ALL '.join(scans)}) r "
         f"{order} LIMIT {size + 1}) page {order}"
     )
+    return Plan(sql, params.values, size, after)
+
+
+async def execute(connection: Any, sql: str, params: list[Any]) -> list[Any]:
     async with connection.transaction(readonly=True):
         await connection.execute(f"SET LOCAL pg_trgm.word_similarity_threshold = {SIMILARITY}")
-        rows = await connection.fetch(sql, *params.values)
+        rows: list[Any] = await connection.fetch(sql, *params)
+    return rows
+
+
+async def search(
+    connection: Any, ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest
+) -> records_pb2.SearchResponse:
+    planned = plan(ctx, trigram, request)
+    if not planned.sql:
+        return records_pb2.SearchResponse(page_info=common_pb2.PageInfo())
+    rows = await execute(connection, planned.sql, planned.params)
+    size, after = planned.size, planned.after
     more = len(rows) > size
     hits = [
         records_pb2.SearchHit(
