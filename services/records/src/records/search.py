@@ -234,8 +234,14 @@ def plan(ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest) 
 
 
 async def execute(connection: Any, sql: str, params: list[Any]) -> list[Any]:
+    """Runs a planned search. Sequential scans are off for it: the planner costs the `<%`
+    operator like a comparison, so on tables of a few hundred rows it chose to compute a
+    trigram similarity per row (20 ms for 800 rows) instead of using the search index (1 ms)."""
     async with connection.transaction(readonly=True):
-        await connection.execute(f"SET LOCAL pg_trgm.word_similarity_threshold = {SIMILARITY}")
+        await connection.execute(
+            f"SET LOCAL pg_trgm.word_similarity_threshold = {SIMILARITY}; "
+            "SET LOCAL enable_seqscan = off"
+        )
         rows: list[Any] = await connection.fetch(sql, *params)
     return rows
 
