@@ -33,6 +33,7 @@ MAX_QUERY = 200
 MAX_TERMS = 8
 SHORT_TERM = 3  # terms shorter than this match word starts only (no substring trigrams)
 SIMILARITY = 0.5  # pg_trgm word similarity a typo-tolerant match needs
+MAX_CANDIDATES = 2000  # matches ranked per object and page (docs/api.md, "Search")
 _SCORE = '"_search score"'  # a column alias no field name can take
 
 
@@ -156,21 +157,26 @@ class _Statement:
     def object_scan(
         self, obj: ObjectModel, access: Access, after: Cursor | None, params: Params
     ) -> str:
-        column = search_ddl.column_name(search_ddl.searchable_fields(obj))
-        text = f"t.{quote(column)}"
-        where = ['t."deletedAt" IS NULL', *(self._matches(term, text) for term in self.terms)]
+        column = quote(search_ddl.column_name(search_ddl.searchable_fields(obj)))
+        where = [
+            't."deletedAt" IS NULL',
+            *(self._matches(term, f"t.{column}") for term in self.terms),
+        ]
         owner = owner_predicate("t", access, params)
         if owner:
             where.append(owner)
-        score = self._score(text)
-        if after is not None:
-            where.append(self._after(obj, score, after, params))
+        score = self._score(f"c.{column}")
+        ranked = [self._after(obj, score, after, params)] if after is not None else []
         name = literal(obj.name_singular)
+        # At most MAX_CANDIDATES matches per object are ranked: a word in thousands of records
+        # would otherwise cost a heap fetch and a score for each of them.
         return (
             f"SELECT {name} AS o, x.id, x.{_SCORE} AS score, "
             f"({obj.json_expression('x')})::text AS j FROM ("
-            f"SELECT t.*, {score} AS {_SCORE} FROM {obj.table} t WHERE {' AND '.join(where)} "
-            f"ORDER BY {_SCORE} DESC, t.id LIMIT {self.size + 1}) x"
+            f"SELECT c.*, {score} AS {_SCORE} FROM ("
+            f"SELECT t.* FROM {obj.table} t WHERE {' AND '.join(where)} "
+            f"LIMIT {MAX_CANDIDATES}) c WHERE {' AND '.join(ranked) or 'TRUE'} "
+            f"ORDER BY {_SCORE} DESC, c.id LIMIT {self.size + 1}) x"
         )
 
     @staticmethod
@@ -181,7 +187,7 @@ class _Statement:
             return f"{score} < {cut}"
         if obj.name_singular > after.object:
             return f"{score} <= {cut}"
-        return f"({score} < {cut} OR ({score} = {cut} AND t.id > {params.add(after.id, 'uuid')}))"
+        return f"({score} < {cut} OR ({score} = {cut} AND c.id > {params.add(after.id, 'uuid')}))"
 
 
 def _objects(ctx: RequestContext, names: list[str]) -> list[ObjectModel]:
