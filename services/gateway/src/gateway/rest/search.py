@@ -60,7 +60,9 @@ async def search(request: Request) -> Response:
     if query is None or not query.strip():
         raise InvalidArgument("`q` is required and must not be empty", field="q")
     objects = [name.strip() for name in (_single(request, "objects") or "").split(",")]
+    model = await state.models.get(principal)  # its version: records refreshes an older model
     message = records_pb2.SearchRequest(
+        metadata_version=model.version,
         query=query,
         objects=[name for name in objects if name],
         first=_limit(_single(request, "limit")),
