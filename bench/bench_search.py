@@ -213,18 +213,11 @@ async def _floor(
             permissions=[common_pb2.ObjectPermission(object="*", actions=[common_pb2.ACTION_READ])],
         )
         trigram = await search_ddl.trigram_schema(connection)
-        plans = [
-            search.plan(
-                RequestContext(principal, model),
-                trigram,
-                records_pb2.SearchRequest(query=query, first=20),
-            )
-            for query in queries
-        ]
+        context = RequestContext(principal, model)
 
         async def one(index: int) -> None:
-            planned = plans[index % len(plans)]
-            await search.execute(connection, planned.sql, planned.params)
+            request = records_pb2.SearchRequest(query=queries[index % len(queries)], first=20)
+            await search.find(connection, context, trigram, request)
 
         return await drive(one, concurrency=1, requests=requests, max_seconds=120, warmup=5)
     finally:

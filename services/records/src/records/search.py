@@ -34,6 +34,7 @@ MAX_TERMS = 8
 SHORT_TERM = 3  # terms shorter than this match word starts only (no substring trigrams)
 SIMILARITY = 0.5  # pg_trgm word similarity a typo-tolerant match needs
 MAX_CANDIDATES = 2000  # matches ranked per object and page (docs/api.md, "Search")
+FUZZY_CANDIDATES = 500  # the same when typo-tolerant matches are searched for
 _SCORE = '"_search score"'  # a column alias no field name can take
 
 
@@ -109,11 +110,14 @@ def _bind_terms(terms: list[str], params: Params) -> list[Term]:
 
 
 class _Statement:
-    def __init__(self, ctx: RequestContext, trigram: str, terms: list[Term], size: int) -> None:
+    def __init__(
+        self, ctx: RequestContext, trigram: str, terms: list[Term], size: int, fuzzy: bool
+    ) -> None:
         self.ctx = ctx
         self.trigram = quote(trigram)
         self.terms = terms
         self.size = size
+        self.fuzzy = fuzzy  # typo-tolerant matches too, not only LIKE ones
 
     def _similar(self, term: Term, text: str) -> str:
         return f"{term.folded} OPERATOR({self.trigram}.<%) {text}"
@@ -121,22 +125,27 @@ class _Statement:
     def _matches(self, term: Term, text: str) -> str:
         if term.short:
             return f"({text} LIKE {term.prefix} OR {text} LIKE {term.word})"
+        if not self.fuzzy:
+            return f"{text} LIKE {term.substring}"
         return f"({text} LIKE {term.substring} OR {self._similar(term, text)})"
 
     def _score(self, text: str) -> str:
         """Per term: 3 when the text starts with it, 2.5 when a word does, 2 for a substring,
-        else its word similarity (below 1); averaged, less up to 0.1 for long texts (so within a
-        tier the closer, shorter text comes first). Similarity is computed only for rows no
-        LIKE matched: common words would otherwise cost a trigram comparison per candidate."""
+        else its word similarity (below 1). The record's score is its weakest term's, plus a
+        thirtieth of the mean, less up to 0.05 for long texts (so within a tier the closer,
+        shorter text comes first): a record every term of which LIKE-matches always ranks above
+        one that needs a typo-tolerant match, which lets `search` look for those only when the
+        LIKE matches do not fill the page."""
         parts = [
             f"CASE WHEN {text} LIKE {t.prefix} THEN 3.0 WHEN {text} LIKE {t.word} THEN 2.5 "
             f"WHEN {text} LIKE {t.substring} THEN 2.0 "
             f"ELSE {self.trigram}.word_similarity({t.folded}, {text}) END"
             for t in self.terms
         ]
+        weakest = parts[0] if len(parts) == 1 else f"least({', '.join(parts)})"
         return (
-            f"(({' + '.join(parts)}) / {len(self.terms)} "
-            f"- least(length({text}), 1000) / 10000.0)::float8"
+            f"({weakest} + ({' + '.join(parts)}) / {30 * len(parts)} "
+            f"- least(length({text}), 1000) / 20000.0)::float8"
         )
 
     def matched(self, objects: list[ObjectModel], alias: str) -> str:
@@ -168,6 +177,7 @@ class _Statement:
         score = self._score(f"c.{column}")
         ranked = [self._after(obj, score, after, params)] if after is not None else []
         name = literal(obj.name_singular)
+        candidates = FUZZY_CANDIDATES if self.fuzzy else MAX_CANDIDATES
         # At most MAX_CANDIDATES matches per object are ranked: a word in thousands of records
         # would otherwise cost a heap fetch and a score for each of them.
         return (
@@ -175,7 +185,7 @@ class _Statement:
             f"({obj.json_expression('x')})::text AS j FROM ("
             f"SELECT c.*, {score} AS {_SCORE} FROM ("
             f"SELECT t.* FROM {obj.table} t WHERE {' AND '.join(where)} "
-            f"LIMIT {MAX_CANDIDATES}) c WHERE {' AND '.join(ranked) or 'TRUE'} "
+            f"LIMIT {candidates}) c WHERE {' AND '.join(ranked) or 'TRUE'} "
             f"ORDER BY {_SCORE} DESC, c.id LIMIT {self.size + 1}) x"
         )
 
@@ -212,14 +222,17 @@ class Plan:
     after: Cursor | None
 
 
-def plan(ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest) -> Plan:
-    """The statement answering `request` (checked), and its parameters."""
+def plan(
+    ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest, *, fuzzy: bool
+) -> Plan:
+    """The statement answering `request` (checked), and its parameters: LIKE matches only, or
+    (`fuzzy`) typo-tolerant ones too."""
     terms = parse_terms(request.query)
     size = page_size(request.first)
     objects = _objects(ctx, list(request.objects))
     after = decode_cursor(request.after) if request.after else None
     params = Params()
-    statement = _Statement(ctx, trigram, _bind_terms(terms, params), size)
+    statement = _Statement(ctx, trigram, _bind_terms(terms, params), size, fuzzy)
     scans, searched = [], []
     for obj in objects:
         access = ctx.read_access(obj)
@@ -252,13 +265,30 @@ async def execute(connection: Any, sql: str, params: list[Any]) -> list[Any]:
     return rows
 
 
+async def find(
+    connection: Any, ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest
+) -> tuple[list[Any], Plan]:
+    """The rows of a page: LIKE matches first; typo-tolerant ones only when those do not fill
+    the page (they always rank below, see `_Statement._score`), since finding them costs a
+    trigram comparison per candidate."""
+    planned = plan(ctx, trigram, request, fuzzy=False)
+    if not planned.sql:
+        return [], planned
+    rows = await execute(connection, planned.sql, planned.params)
+    if len(rows) > planned.size:
+        return rows, planned
+    fuzzy = plan(ctx, trigram, request, fuzzy=True)
+    if fuzzy.sql == planned.sql:  # only short words: nothing typo-tolerant to add
+        return rows, planned
+    return await execute(connection, fuzzy.sql, fuzzy.params), fuzzy
+
+
 async def search(
     connection: Any, ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest
 ) -> records_pb2.SearchResponse:
-    planned = plan(ctx, trigram, request)
+    rows, planned = await find(connection, ctx, trigram, request)
     if not planned.sql:
         return records_pb2.SearchResponse(page_info=common_pb2.PageInfo())
-    rows = await execute(connection, planned.sql, planned.params)
     size, after = planned.size, planned.after
     more = len(rows) > size
     hits = [
