@@ -34,7 +34,7 @@ MAX_TERMS = 8
 SHORT_TERM = 3  # terms shorter than this match word starts only (no substring trigrams)
 SIMILARITY = 0.5  # pg_trgm word similarity a typo-tolerant match needs
 MAX_CANDIDATES = 2000  # matches ranked per object and page (docs/api.md, "Search")
-FUZZY_CANDIDATES = 500  # the same when typo-tolerant matches are searched for
+FUZZY_CANDIDATES = 100  # the same when typo-tolerant matches are searched for
 _SCORE = '"_search score"'  # a column alias no field name can take
 
 
