@@ -133,3 +133,43 @@ def test_field_update_rules() -> None:
         d, md.UpdateFieldRequest(id=company.id, is_active=False)
     )
     assert [(f.name, f.is_active) for f in changed] == [("company", False), ("people", False)]
+
+
+def test_searchable_defaults_and_refusals() -> None:
+    d = defs()
+    person = {f.name: f.is_searchable for f in d.by_id[object_id(d, "person")].fields}
+    assert [name for name, on in person.items() if on] == [
+        "firstName",
+        "lastName",
+        "email",
+        "phone",
+        "jobTitle",
+    ]
+    people = object_id(d, "person")
+    text, _ = definitions.new_fields(
+        d,
+        md.CreateFieldRequest(object_metadata_id=people, name="nickname", type=md.FIELD_TYPE_TEXT),
+    )
+    assert text.is_searchable
+    number, _ = definitions.new_fields(
+        d, md.CreateFieldRequest(object_metadata_id=people, name="score", type=md.FIELD_TYPE_NUMBER)
+    )
+    assert not number.is_searchable
+    off, _ = definitions.new_fields(
+        d,
+        md.CreateFieldRequest(
+            object_metadata_id=people, name="notes", type=md.FIELD_TYPE_TEXT, is_searchable=False
+        ),
+    )
+    assert not off.is_searchable
+    with pytest.raises(InvalidArgument) as caught:
+        definitions.new_fields(
+            d,
+            md.CreateFieldRequest(
+                object_metadata_id=people,
+                name="rank",
+                type=md.FIELD_TYPE_NUMBER,
+                is_searchable=True,
+            ),
+        )
+    assert caught.value.field == "isSearchable"

@@ -37,6 +37,7 @@ from gateway.graphql.imports import IMPORTS_PART
 from gateway.graphql.metadata_ops import METADATA_PART
 from gateway.graphql.parts import SchemaPart
 from gateway.graphql.schema import build_static_schema
+from gateway.graphql.search import SEARCH_PART
 from gateway.graphql.version import VERSION_PART
 from gateway.graphql.webhooks import WEBHOOKS_PART
 from gateway.graphql.workflows import WORKFLOWS_PART
@@ -49,6 +50,7 @@ from gateway.rest import export as rest_export
 from gateway.rest import history as rest_history
 from gateway.rest import imports
 from gateway.rest import routes as rest
+from gateway.rest import search as rest_search
 from gateway.rest.openapi import open_api
 from gateway.routing import RouteTable
 from gateway.settings import GatewaySettings
@@ -73,6 +75,7 @@ SCHEMA_PARTS: tuple[SchemaPart, ...] = (
     IMPORTS_PART,
     SUBSCRIPTIONS_PART,
     EXPORTS_PART,
+    SEARCH_PART,
 )
 
 
@@ -149,6 +152,7 @@ def _add_rest_routes(app: FastAPI, routes: RouteTable) -> None:
     routes.add(app, "/rest/imports/{id}", imports.get_import, ["GET"])
     routes.add(app, "/rest/imports/{id}/cancel", imports.cancel_import, ["POST"])
     routes.add(app, "/rest/imports/{id}/rejections", imports.import_rejections, ["GET"])
+    routes.add(app, "/rest/search", rest_search.search, ["GET"])
     routes.add(app, "/rest/batch/{object}", rest.create_batch, ["POST"])
     routes.add(app, "/rest/restore/{object}/{id}", rest.restore_record, ["PATCH"])
     routes.add(app, "/rest/{object}/duplicates", rest.find_duplicates, ["POST"])

@@ -19,7 +19,7 @@ import orjson
 from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.errors import InvalidArgument, NotFound
 from metadata import names
-from metadata.standard import relation_pair, system_fields
+from metadata.standard import SEARCHABLE_TYPES, relation_pair, system_fields
 
 T = md
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -119,6 +119,7 @@ def new_object(defs: Definitions, request: md.CreateObjectRequest) -> md.ObjectM
             is_nullable=True,
             is_custom=False,
             is_active=True,
+            is_searchable=True,
         )
     )
     return item
@@ -294,6 +295,17 @@ def _parses(parse: Any, value: str) -> bool:
     return True
 
 
+def check_searchable(field_type: int, requested: bool | None) -> bool:
+    """Whether a field of `field_type` is searchable: as asked, else by its type."""
+    if requested is None:
+        return field_type in SEARCHABLE_TYPES
+    if requested and field_type not in SEARCHABLE_TYPES:
+        raise InvalidArgument(
+            "only TEXT, EMAIL, PHONE and LINK fields can be searchable", field="isSearchable"
+        )
+    return requested
+
+
 def new_fields(
     defs: Definitions, request: md.CreateFieldRequest
 ) -> tuple[md.FieldMetadata, list[md.FieldMetadata]]:
@@ -323,6 +335,10 @@ def new_fields(
         is_custom=True,
         is_active=True,
         is_unique=request.is_unique,
+        is_searchable=check_searchable(
+            request.type,
+            request.is_searchable if request.HasField("is_searchable") else None,
+        ),
         options=check_options(request.type, list(request.options)),
     )
     check_field_name(owner, item, "name")
@@ -421,6 +437,8 @@ def apply_field_update(defs: Definitions, request: md.UpdateFieldRequest) -> lis
         changed.icon = request.icon
     if request.HasField("is_nullable"):
         changed.is_nullable = request.is_nullable
+    if request.HasField("is_searchable"):
+        changed.is_searchable = check_searchable(item.type, request.is_searchable)
     if request.options or request.replace_options:
         merged = list(request.options)
         if not request.replace_options:

@@ -51,6 +51,18 @@ class ObjectSpec:
     fields: tuple[FieldSpec, ...]
 
 
+# Field types cross-object search can match, and the standard fields it matches by default.
+SEARCHABLE_TYPES = frozenset(
+    {T.FIELD_TYPE_TEXT, T.FIELD_TYPE_EMAIL, T.FIELD_TYPE_PHONE, T.FIELD_TYPE_LINK}
+)
+STANDARD_SEARCHABLE = frozenset(
+    {
+        ("person", "firstName"), ("person", "lastName"), ("person", "email"), ("person", "phone"),
+        ("person", "jobTitle"), ("company", "name"), ("company", "website"),
+        ("opportunity", "name"), ("activity", "title"), ("task", "title"),
+    }
+)  # fmt: skip
+
 OPPORTUNITY_STAGES = ("PROSPECTING", "QUALIFIED", "PROPOSAL", "NEGOTIATION", "WON", "LOST")
 
 STANDARD_OBJECTS = (
@@ -250,6 +262,7 @@ def standard_objects(workspace_id: str) -> list[md.ObjectMetadata]:
                     else orjson.dumps(field.default),
                     is_custom=False,
                     is_active=True,
+                    is_searchable=(spec.singular, field.name) in STANDARD_SEARCHABLE,
                     options=[
                         md.SelectOption(value=value, label=humanize(value.lower()), position=i)
                         for i, value in enumerate(field.options)

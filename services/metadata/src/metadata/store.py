@@ -17,7 +17,8 @@ _OBJECT_COLUMNS = (
 )
 _FIELD_COLUMNS = (
     "id, object_id, position, name, label, type, description, icon, is_nullable, default_value, "
-    "is_custom, is_active, is_system, is_unique, options, relation, created_at, updated_at"
+    "is_custom, is_active, is_system, is_unique, options, relation, created_at, updated_at, "
+    "is_searchable"
 )
 
 
@@ -85,6 +86,7 @@ def _field(row: Any, names: dict[str, str]) -> md.FieldMetadata:
         is_active=row["is_active"],
         is_system=row["is_system"],
         is_unique=row["is_unique"],
+        is_searchable=row["is_searchable"],
         options=[md.SelectOption(**option) for option in row["options"] or []],
         created_at=_timestamp(row["created_at"]),
         updated_at=_timestamp(row["updated_at"]),
@@ -180,7 +182,8 @@ async def insert_fields(connection: Any, workspace_id: str, fields: list[md.Fiel
     await connection.executemany(
         "INSERT INTO metadata.fields (id, workspace_id, object_id, name, label, type, description, "
         "icon, is_nullable, default_value, is_custom, is_active, is_system, is_unique, options, "
-        "relation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+        "relation, is_searchable) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
         [
             (
                 field.id,
@@ -199,6 +202,7 @@ async def insert_fields(connection: Any, workspace_id: str, fields: list[md.Fiel
                 field.is_unique,
                 _options(field),
                 _relation_json(field),
+                field.is_searchable,
             )
             for field in fields
         ],
@@ -226,7 +230,7 @@ async def update_field(connection: Any, field: md.FieldMetadata) -> None:
     await connection.execute(
         "UPDATE metadata.fields SET name = $2, label = $3, description = $4, icon = $5, "
         "is_nullable = $6, default_value = $7, is_active = $8, is_unique = $9, options = $10, "
-        "relation = $11, updated_at = now() WHERE id = $1",
+        "relation = $11, is_searchable = $12, updated_at = now() WHERE id = $1",
         field.id,
         field.name,
         field.label,
@@ -238,4 +242,5 @@ async def update_field(connection: Any, field: md.FieldMetadata) -> None:
         field.is_unique,
         _options(field),
         _relation_json(field),
+        field.is_searchable,
     )

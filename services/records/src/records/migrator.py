@@ -21,7 +21,7 @@ from crm.events.v1 import events_pb2
 from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.errors import FailedPrecondition, InvalidArgument
 from crmkit.messaging import schema_applied_subject
-from records import ddl
+from records import ddl, search_ddl
 from records.model import WorkspaceModel
 from records.sql import workspace_schema_name
 
@@ -79,9 +79,8 @@ async def migrate(pool: Any, change_id: str, schema: md.WorkspaceSchema) -> Migr
                 f"schema version {schema.version} is older than the applied {current}",
                 field="schema.version",
             )
-        catalog = await ddl.read_catalog(connection, schema_name)
         try:
-            statements = ddl.plan(schema_name, catalog, model)
+            statements = await _plan(connection, schema_name, model)
         except ValueError as exc:
             raise InvalidArgument(f"invalid schema: {exc}", field="schema") from None
         for statement in statements:
@@ -119,6 +118,14 @@ async def migrate(pool: Any, change_id: str, schema: md.WorkspaceSchema) -> Migr
             extra={"workspace_id": workspace_id, "version": schema.version, "ddl": len(statements)},
         )
     return MigrationResult(schema.version, False, statements, model)
+
+
+async def _plan(connection: Any, schema_name: str, model: WorkspaceModel) -> list[str]:
+    """The tables and per-field indexes (records.ddl), then the search indexes."""
+    catalog = await ddl.read_catalog(connection, schema_name)
+    statements = ddl.plan(schema_name, catalog, model)
+    trigram = await search_ddl.trigram_schema(connection)
+    return statements + search_ddl.plan(schema_name, catalog, model, trigram)
 
 
 async def applied_version(pool: Any, workspace_id: str) -> tuple[int, str]:
@@ -163,7 +170,7 @@ async def _replan(connection: Any, workspace_id: str) -> bool:
         )
         model = WorkspaceModel.from_proto(md.WorkspaceSchema.FromString(raw))
         schema_name = workspace_schema_name(workspace_id)
-        statements = ddl.plan(schema_name, await ddl.read_catalog(connection, schema_name), model)
+        statements = await _plan(connection, schema_name, model)
         for statement in statements:
             await connection.execute(statement)
     if statements:

@@ -68,6 +68,11 @@ TEXT_TYPES = frozenset(
     }
 )
 
+# Types whose fields cross-object search can match (FieldMetadata.is_searchable).
+SEARCHABLE_TYPES = frozenset(
+    {md.FIELD_TYPE_TEXT, md.FIELD_TYPE_EMAIL, md.FIELD_TYPE_PHONE, md.FIELD_TYPE_LINK}
+)
+
 # Text of up to 65,536 characters: too long for a b-tree row, so sorted, paged and indexed on its
 # first TEXT_KEY_CHARS characters (at most 4 bytes each in UTF-8: 1 kB, well under the ~2.7 kB a
 # b-tree row holds), with `id` breaking ties (records.ddl, records.ordering).
@@ -110,6 +115,7 @@ class FieldModel:
     is_active: bool = True
     is_nullable: bool = True
     is_unique: bool = False
+    is_searchable: bool = False
     options: frozenset[str] = frozenset()
     default: Any = MISSING
     relation_kind: int = md.RELATION_KIND_UNSPECIFIED
@@ -320,6 +326,7 @@ def _field_from_proto(proto: md.FieldMetadata, target_active: bool) -> FieldMode
         is_active=proto.is_active and target_active,
         is_nullable=proto.is_nullable,
         is_unique=proto.is_unique,
+        is_searchable=proto.is_searchable,
         options=frozenset(option.value for option in proto.options),
         default=default,
         relation_kind=relation_kind,

@@ -24,6 +24,8 @@ from records import (
     inputs,
     migrator,
     reads,
+    search,
+    search_ddl,
     upserts,
     writes,
 )
@@ -74,6 +76,7 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         # An export holds a pooled connection for as long as its client reads: at most half
         # the pool, so exports cannot starve every other request of this instance.
         self._export_slots = asyncio.Semaphore(max(1, pool.get_max_size() // 2))
+        self._trigram = ""  # pg_trgm's schema, looked up on the first search
 
     async def _context(
         self, context: Context, ref: records_pb2.ObjectRef, action: int
@@ -234,6 +237,17 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         async with self._pool.acquire() as connection:
             groups = await reads.list_related(connection, ctx, obj, access, request)
         return records_pb2.ListRelatedResponse(groups=groups)
+
+    async def Search(  # noqa: N802
+        self, request: records_pb2.SearchRequest, context: Context
+    ) -> records_pb2.SearchResponse:
+        principal = self._principals.require(context)
+        model = await self._cache.get(principal.workspace_id, request.metadata_version)
+        ctx = RequestContext(principal, model)
+        async with self._pool.acquire() as connection:
+            if not self._trigram:
+                self._trigram = await search_ddl.trigram_schema(connection)
+            return await search.search(connection, ctx, self._trigram, request)
 
     # -- update ----------------------------------------------------------------------------------
     async def UpdateRecord(  # noqa: N802

@@ -70,6 +70,7 @@ class FieldMetadataType:
     isActive: bool  # noqa: N815
     isSystem: bool  # noqa: N815
     isUnique: bool  # noqa: N815
+    isSearchable: bool  # noqa: N815  (matched by `search`)
     options: list[SelectOption]
     relation: RelationSettings | None
     createdAt: dt.datetime | None  # noqa: N815
@@ -196,6 +197,10 @@ class CreateFieldInput:
     icon: str | None = UNSET
     is_nullable: bool | None = UNSET
     is_unique: bool | None = UNSET
+    is_searchable: bool | None = strawberry.field(
+        default=UNSET,
+        description="matched by `search`; default true for TEXT, EMAIL, PHONE and LINK fields",
+    )
     default_value: JSON | None = UNSET
     options: list[SelectOptionInput] | None = UNSET
     relation: RelationSettingsInput | None = UNSET
@@ -210,6 +215,7 @@ class UpdateFieldInput:
     icon: str | None = UNSET
     is_active: bool | None = UNSET
     is_nullable: bool | None = UNSET
+    is_searchable: bool | None = UNSET
     default_value: JSON | None = strawberry.field(
         default=UNSET, description="null removes the default"
     )
@@ -256,6 +262,7 @@ def field_json(f: metadata_pb2.FieldMetadata) -> Any:
         "isActive": f.is_active,
         "isSystem": f.is_system,
         "isUnique": f.is_unique,
+        "isSearchable": f.is_searchable,
         "options": [
             {"value": o.value, "label": o.label, "color": o.color or None, "position": o.position}
             for o in f.options
@@ -442,6 +449,8 @@ async def _create_field(info: strawberry.Info, input: CreateFieldInput) -> Field
     )
     if _set(input.is_nullable):
         request.is_nullable = bool(input.is_nullable)
+    if _set(input.is_searchable):
+        request.is_searchable = bool(input.is_searchable)
     if _set(input.default_value):
         request.default_value_json = orjson.dumps(input.default_value)
     if isinstance(input.options, list):
@@ -456,7 +465,15 @@ async def _create_field(info: strawberry.Info, input: CreateFieldInput) -> Field
 
 async def _update_field(info: strawberry.Info, input: UpdateFieldInput) -> FieldMetadataType:
     request = metadata_pb2.UpdateFieldRequest(id=str(input.id))
-    for name in ("name", "label", "description", "icon", "is_active", "is_nullable"):
+    for name in (
+        "name",
+        "label",
+        "description",
+        "icon",
+        "is_active",
+        "is_nullable",
+        "is_searchable",
+    ):
         value = getattr(input, name)
         if _set(value):
             setattr(request, name, value)

@@ -850,6 +850,59 @@ _COMMON_SCHEMAS: dict[str, Schema] = {
 }
 
 
+_SEARCH: Schema = {
+    "get": {
+        "operationId": "search",
+        "summary": "Search every readable object's searchable fields, best matches first",
+        "tags": ["search"],
+        "parameters": [
+            {
+                "name": "q",
+                "in": "query",
+                "required": True,
+                "description": "Words to find (prefix, substring, accent- and case-insensitive, "
+                "typo-tolerant); every word must match.",
+                "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+            },
+            {
+                "name": "objects",
+                "in": "query",
+                "required": False,
+                "description": "Comma-separated object names; default every object.",
+                "schema": {"type": "string"},
+            },
+            {
+                "name": "limit",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+            },
+            _AFTER,
+        ],
+        "responses": _responses(
+            "200",
+            "Ranked results.",
+            _data(
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["object", "score", "matchedFields", "record"],
+                        "properties": {
+                            "object": {"type": "string"},
+                            "score": {"type": "number"},
+                            "matchedFields": {"type": "array", "items": {"type": "string"}},
+                            "record": {"type": "object"},
+                        },
+                    },
+                },
+                pageInfo=_ref("PageInfo"),
+            ),
+        ),
+    }
+}
+
+
 def build_document(model: DataModel) -> dict[str, Any]:
     schemas: dict[str, Schema] = dict(_COMMON_SCHEMAS)
     paths: dict[str, Schema] = {
@@ -862,7 +915,8 @@ def build_document(model: DataModel) -> dict[str, Any]:
                     "200", "OpenAPI 3.1 document.", {"type": "object", "required": ["openapi"]}
                 ),
             }
-        }
+        },
+        "/rest/search": _SEARCH,
     }
     for obj in model.objects:
         name = _component_name(obj)

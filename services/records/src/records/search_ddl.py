@@ -1,0 +1,92 @@
+"""The search text of each object: a generated column and a GIN trigram index over it.
+
+The column holds `records.search_fold` (lower + unaccent) of the searchable columns joined by
+spaces, computed once per write (STORED), so a search reads it instead of folding every
+candidate row again; `records.search` matches and ranks on it. Its name carries a digest of the
+searchable field ids: a field made searchable or not gives a new name, so the planner adds the
+new column and index and drops the old column, in the migration that changes the metadata (no
+restart). Field names are camelCase, so `_search_...` never collides with a field's column.
+Separate from `records.ddl`, which plans the tables and per-field indexes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from records.ddl import Catalog
+from records.model import SEARCHABLE_TYPES, FieldModel, ObjectModel, WorkspaceModel
+from records.sql import quote
+
+PREFIX = "sx_"
+COLUMN_PREFIX = "_search_"
+FOLD = "records.search_fold"
+
+
+async def trigram_schema(connection: Any) -> str:
+    """The schema pg_trgm is installed in (migration 0006 installs it)."""
+    found = await connection.fetchval(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pg_trgm'"
+    )
+    if found is None:
+        raise RuntimeError("the pg_trgm extension is missing (records migration 0006)")
+    return str(found)
+
+
+def searchable_fields(obj: ObjectModel) -> list[FieldModel]:
+    """The active fields of `obj` that search matches, in field order."""
+    return [
+        item
+        for item in obj.active_fields
+        if item.is_searchable and item.type in SEARCHABLE_TYPES and item.stored
+    ]
+
+
+def document(fields: Iterable[FieldModel], alias: str = "") -> str:
+    """The folded text search matches: the fields joined by spaces (IMMUTABLE, indexable)."""
+    prefix = f"{alias}." if alias else ""
+    joined = " || ' ' || ".join(f"coalesce({prefix}{quote(item.column)}, '')" for item in fields)
+    return f"{FOLD}({joined})"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def column_name(fields: list[FieldModel]) -> str:
+    """The generated search column of `fields` (see the module docstring)."""
+    return COLUMN_PREFIX + _digest(":".join(item.id for item in fields))
+
+
+def index_name(obj: ObjectModel, fields: list[FieldModel]) -> str:
+    return f"{PREFIX}{_digest(obj.id)}_{_digest(':'.join(item.id for item in fields))}"
+
+
+def plan(schema: str, catalog: Catalog, model: WorkspaceModel, trigram: str) -> list[str]:
+    """Statements that bring every object's search column and index to its searchable fields;
+    `catalog` as `records.ddl.plan` left it (tables renamed and created)."""
+    statements: list[str] = []
+    for obj in model.objects.values():
+        table = catalog.tables.get(obj.name_singular)
+        columns = [] if table is None else list(table.columns)
+        existing = [name for name in columns if name.startswith(COLUMN_PREFIX)]
+        fields = searchable_fields(obj) if obj.is_active else []
+        wanted = column_name(fields) if fields else ""
+        if wanted and wanted not in existing:
+            statements.append(
+                f"ALTER TABLE {obj.table} ADD COLUMN {quote(wanted)} text "
+                f"GENERATED ALWAYS AS ({document(fields)}) STORED"
+            )
+            statements.append(
+                f"CREATE INDEX IF NOT EXISTS {quote(index_name(obj, fields))} ON {obj.table} "
+                f"USING gin ({quote(wanted)} {quote(trigram)}.gin_trgm_ops) "
+                'WHERE "deletedAt" IS NULL'
+            )
+        statements.extend(
+            f"ALTER TABLE {obj.table} DROP COLUMN IF EXISTS {quote(name)}"
+            for name in sorted(existing)
+            if name != wanted
+        )
+    return statements
