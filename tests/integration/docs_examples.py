@@ -50,7 +50,7 @@ class Example:
     @property
     def program(self) -> str:
         words = [w for w in self.text.split() if not _ENV_ASSIGNMENT.match(w)]
-        return words[0] if words else ""
+        return words[0].rsplit("/", 1)[-1] if words else ""  # .venv/bin/python: python
 
 
 def doc_files() -> list[Path]:

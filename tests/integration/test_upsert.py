@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from crmstack.client import graphql_data, login, unique_email
+from crmkit.messaging import previous_record_json
 from crmstack.stack import Stack
 from tests.integration.api_helpers import Api, Record
 from tests.integration.events_client import read_stream
@@ -56,7 +57,7 @@ def test_batch_upsert_updates_matches_creates_the_rest_and_emits_each_event(
         [(created["id"], 1), (first["id"], 2)],
     )
     update = next(e.event for e in events[1:] if e.event.record_id == first["id"])
-    assert json.loads(update.previous_record_json)["city"] == "London"
+    assert json.loads(previous_record_json(update))["city"] == "London"
     assert list(update.changed_fields) == ["city"]
 
     # Matching on a plain (b-tree) unique index too; a row changing nothing writes nothing.

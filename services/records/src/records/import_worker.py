@@ -25,6 +25,7 @@ from crm.common.v1 import common_pb2
 from crmkit import authz
 from crmkit.db import DATABASE_UNAVAILABLE
 from crmkit.errors import ServiceError, Unavailable
+from crmkit.outages import OutageLog
 from records import import_columns, import_jobs, inputs, upserts, writes
 from records.cache import SchemaCache
 from records.context import RequestContext
@@ -86,6 +87,7 @@ class ImportWorker:
         self._batch_size = batch_size
         self._poll = poll_seconds
         self._ids = RecordIds()
+        self._outage = OutageLog("database (import worker)", log)
 
     async def run(self) -> None:
         while True:
@@ -93,11 +95,12 @@ class ImportWorker:
                 connection = await asyncpg.connect(self._database_url)
                 try:
                     await _json_codecs(connection)
+                    self._outage.recovered()
                     await self._serve(connection)
                 finally:
                     await connection.close()
             except DATABASE_UNAVAILABLE as exc:
-                log.warning("import worker: database unavailable: %s", exc)
+                self._outage.failed(exc)
                 await asyncio.sleep(self._poll)
 
     async def _serve(self, connection: Any) -> None:
