@@ -162,6 +162,22 @@ def test_a_credential_change_without_valkey_is_503_and_changes_nothing(
     assert key_id in str(graphql("{ apiKeys { id } }", {}))  # the revocation changed nothing
 
 
+def test_a_valkey_outage_is_logged_once_and_identity_asked_once_a_second(
+    faults_stack: Stack, http: httpx.Client, admin: Session
+) -> None:
+    """Requests during a Valkey outage share one credential verifier: one warning for the
+    outage (not one per request), and identity's answer reused (docs/decisions.md)."""
+    needle = "redis (credential cache; identity answers) unavailable"
+    logged = _log_lines(faults_stack, "gateway", needle)
+    faults_stack.stop_infra("redis")
+    try:
+        written = sum(_written(http, admin) for _ in range(30))
+    finally:
+        faults_stack.start_infra("redis")
+    assert written == 30
+    assert _log_lines(faults_stack, "gateway", needle) - logged == 1
+
+
 def test_d_login_limits_hold_without_valkey(
     faults_stack: Stack, http: httpx.Client, admin: Session
 ) -> None:
