@@ -168,6 +168,14 @@ def test_a_valkey_outage_is_logged_once_and_identity_asked_once_a_second(
     """Requests during a Valkey outage share one credential verifier: one warning for the
     outage (not one per request), and identity's answer reused (docs/decisions.md)."""
     needle = "redis (credential cache; identity answers) unavailable"
+
+    def outage_over() -> bool:  # after an earlier test's: the gateway read Valkey since
+        assert _written(http, admin)
+        text = (faults_stack.logs / "gateway.log").read_text(errors="replace")
+        return text.rfind(needle) < text.rfind("identity answers) available again")
+
+    if _log_lines(faults_stack, "gateway", needle):
+        wait_until("the gateway reads Valkey again", outage_over, 30)
     logged = _log_lines(faults_stack, "gateway", needle)
     faults_stack.stop_infra("redis")
     try:
