@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import os
 import secrets
 import signal
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -28,29 +25,20 @@ import pytest
 
 from crmstack.client import Session, signup, unique_email
 from crmstack.stack import Stack
-from tests.integration.conftest import TEST_ENV, _running_stack
+from tests.integration import faults_client
+from tests.integration.faults_client import (
+    SIGNUP_PER_IP,
+    SIGNUP_TOTAL,
+    assert_unavailable,
+    signal_all,
+    wait_until,
+)
 from tests.integration.subscriptions_client import gateway_metrics
 
-SIGNUP_PER_IP = 3
-SIGNUP_TOTAL = 12
-FAULTS_ENV = {
-    **TEST_ENV,
-    "SIGNUP_MAX_PER_IP": str(SIGNUP_PER_IP),
-    "SIGNUP_MAX_TOTAL": str(SIGNUP_TOTAL),
-    # Records' statement timeout, below the callers' deadline (GRPC_CALL_TIMEOUT, 10 s).
-    "DB_STATEMENT_TIMEOUT": "3",
-}
 CREATE_PERSON = 'mutation { createPerson(data: {firstName: "G"}) { id } }'
 
 
-@pytest.fixture(scope="module")
-def faults_stack() -> Iterator[Stack]:
-    if os.environ.get("CRM_BASE_URL"):
-        pytest.skip("needs the local launcher: the tests stop and restart PostgreSQL, Valkey, NATS")
-    with _running_stack("crm-it-faults-", {}, FAULTS_ENV) as running:
-        if running.infra is None:
-            pytest.skip("external infrastructure (DATABASE_URL etc.): the tests cannot stop it")
-        yield running
+faults_stack = faults_client.faults_stack
 
 
 @pytest.fixture(scope="module")
@@ -72,25 +60,6 @@ def _create(http: httpx.Client, admin: Session, **fields: Any) -> httpx.Response
     return http.post("/rest/people", json={"firstName": "F", **fields}, headers=admin.headers)
 
 
-def _wait_until(what: str, check: Any, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
-        time.sleep(0.5)
-
-
-def _assert_unavailable(response: httpx.Response) -> None:
-    assert response.status_code == 503, response.text
-    assert int(response.headers["retry-after"]) >= 1
-    body = response.json()
-    assert body["statusCode"] == 503
-    assert body["error"] == "Service Unavailable"
-    assert set(body["details"]) == {"field", "message"}
-
-
 def _log_lines(stack: Stack, process: str, needle: str) -> int:
     text = (stack.logs / f"{process}.log").read_text(errors="replace")
     return text.count(needle)
@@ -110,8 +79,8 @@ def test_a_database_outage_is_503_with_retry_after_and_one_log_line(
         answered = 0
         ends = time.monotonic() + 4
         while time.monotonic() < ends:
-            _assert_unavailable(_create(http, admin))
-            _assert_unavailable(http.get("/rest/people", headers=admin.headers))
+            assert_unavailable(_create(http, admin))
+            assert_unavailable(http.get("/rest/people", headers=admin.headers))
             answered += 2
         response = http.post(
             "/graphql",
@@ -123,7 +92,7 @@ def test_a_database_outage_is_503_with_retry_after_and_one_log_line(
         assert error["extensions"]["retryAfter"] >= 1
     finally:
         faults_stack.start_infra("postgres")
-    _wait_until("writes succeed again after PostgreSQL restarted", lambda: _written(http, admin))
+    wait_until("writes succeed again after PostgreSQL restarted", lambda: _written(http, admin))
     # One warning for the outage and one for the recovery (plus the relay's and the pool's own),
     # not a traceback per request.
     assert _log_lines(faults_stack, "records", "unhandled error") == 0
@@ -136,7 +105,7 @@ def test_b_probes_name_what_is_down(faults_stack: Stack, http: httpx.Client) -> 
     for part in ("redis", "nats"):
         faults_stack.stop_infra(part)
         try:
-            health = _wait_until(
+            health = wait_until(
                 f"/healthz reports {part} down",
                 lambda part=part: (r := http.get("/healthz")).json()["failing"] == [part] and r,
             )
@@ -150,7 +119,7 @@ def test_b_probes_name_what_is_down(faults_stack: Stack, http: httpx.Client) -> 
             assert f'gateway_dependency_up{{dependency="{part}"}} 0.0' in metrics
         finally:
             faults_stack.start_infra(part)
-        _wait_until(f"{part} back", lambda: http.get("/healthz").json()["status"] == "ok")
+        wait_until(f"{part} back", lambda: http.get("/healthz").json()["status"] == "ok")
 
     faults_stack.stop_infra("postgres")
     try:
@@ -163,7 +132,7 @@ def test_b_probes_name_what_is_down(faults_stack: Stack, http: httpx.Client) -> 
         assert http.get("/livez").status_code == 200
     finally:
         faults_stack.start_infra("postgres")
-    _wait_until("ready again", lambda: http.get("/readyz").status_code == 200)
+    wait_until("ready again", lambda: http.get("/readyz").status_code == 200)
 
 
 def test_a_credential_change_without_valkey_is_503_and_changes_nothing(
@@ -193,6 +162,30 @@ def test_a_credential_change_without_valkey_is_503_and_changes_nothing(
     assert key_id in str(graphql("{ apiKeys { id } }", {}))  # the revocation changed nothing
 
 
+def test_a_valkey_outage_is_logged_once_and_identity_asked_once_a_second(
+    faults_stack: Stack, http: httpx.Client, admin: Session
+) -> None:
+    """Requests during a Valkey outage share one credential verifier: one warning for the
+    outage (not one per request), and identity's answer reused (docs/decisions.md)."""
+    needle = "redis (credential cache; identity answers) unavailable"
+
+    def outage_over() -> bool:  # after an earlier test's: the gateway read Valkey since
+        assert _written(http, admin)
+        text = (faults_stack.logs / "gateway.log").read_text(errors="replace")
+        return text.rfind(needle) < text.rfind("identity answers) available again")
+
+    if _log_lines(faults_stack, "gateway", needle):
+        wait_until("the gateway reads Valkey again", outage_over, 30)
+    logged = _log_lines(faults_stack, "gateway", needle)
+    faults_stack.stop_infra("redis")
+    try:
+        written = sum(_written(http, admin) for _ in range(30))
+    finally:
+        faults_stack.start_infra("redis")
+    assert written == 30
+    assert _log_lines(faults_stack, "gateway", needle) - logged == 1
+
+
 def test_d_login_limits_hold_without_valkey(
     faults_stack: Stack, http: httpx.Client, admin: Session
 ) -> None:
@@ -218,22 +211,6 @@ def test_d_login_limits_hold_without_valkey(
     assert right_elsewhere.status_code == 200, right_elsewhere.text
 
 
-def _signal_all(postmaster: int, sig: int) -> None:
-    """`sig` to PostgreSQL's postmaster and every backend it started (a stall of the server,
-    not only of new connections)."""
-    pids = [postmaster]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited meanwhile
-        if int(fields[1]) == postmaster:
-            pids.append(int(stat.parent.name))
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
 def test_c_writes_answered_5xx_are_retried_by_id_without_duplicates(
     faults_stack: Stack, http: httpx.Client, admin: Session
 ) -> None:
@@ -252,17 +229,17 @@ def test_c_writes_answered_5xx_are_retried_by_id_without_duplicates(
         futures = []
         for number, record_id in enumerate(ids):
             if number == 10:
-                _signal_all(postmaster, signal.SIGSTOP)
+                signal_all(postmaster, signal.SIGSTOP)
                 stopped = time.monotonic()
             futures.append(pool.submit(write, record_id))
             time.sleep(0.05)
         time.sleep(max(0.0, 13 - (time.monotonic() - stopped)))
-        _signal_all(postmaster, signal.SIGCONT)
+        signal_all(postmaster, signal.SIGCONT)
         statuses = dict(zip(ids, (future.result() for future in futures), strict=True))
     assert set(statuses.values()) <= {201, 503, 504}, statuses
     failed = [record_id for record_id, status in statuses.items() if status != 201]
     assert failed, "no write failed: PostgreSQL did not stall long enough"
-    _wait_until("writes succeed again", lambda: _written(http, admin))
+    wait_until("writes succeed again", lambda: _written(http, admin))
     retried = {record_id: _create(http, admin, id=record_id) for record_id in failed}
     for response in retried.values():
         # 201: the first try was not written; 400 naming `id`: it was, once.
@@ -315,7 +292,7 @@ def test_c_a_write_stalled_past_the_statement_timeout_is_a_definite_503(
     finally:
         release.set()
         holder.join(30)
-    _assert_unavailable(stalled)
+    assert_unavailable(stalled)
     assert http.get(f"/rest/people/{record_id}", headers=admin.headers).status_code == 404
     assert _create(http, admin, id=record_id).status_code == 201  # the retry writes it, once
 

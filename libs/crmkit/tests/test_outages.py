@@ -27,6 +27,12 @@ from crmkit.outages import OutageLog
         (asyncpg.exceptions.QueryCanceledError("statement timeout"), "database"),
         (asyncpg.exceptions.TooManyConnectionsError("too many clients"), "database"),
         (asyncpg.InterfaceError("cannot perform operation: connection is closed"), "database"),
+        (
+            asyncpg.exceptions.InternalClientError(
+                "cannot switch to state 15; another operation (2) is in progress"
+            ),
+            "database",
+        ),
         (nats.errors.NoServersError(), "nats"),
         (nats.errors.TimeoutError(), "nats"),
         (asyncpg.exceptions.UniqueViolationError("duplicate key"), None),

@@ -140,6 +140,10 @@ def unavailable_dependency(exc: BaseException) -> str | None:
         return "database" if exc.sqlstate in _DATABASE_UNAVAILABLE_STATES else None
     if isinstance(exc, asyncpg.InterfaceError):
         return "database" if "connection is closed" in str(exc) else None
+    if isinstance(exc, asyncpg.exceptions.InternalClientError):
+        # A connection lost under a statement can leave asyncpg's protocol mid-operation: the
+        # next statement on it (a pooled connection's BEGIN) fails so (the fault campaign).
+        return "database" if "cannot switch to state" in str(exc) else None
     if isinstance(exc, OSError):  # refused, reset or timed out (TimeoutError) at pool acquire
         return "database"
     return None

@@ -20,6 +20,7 @@ from crmkit.errors import Internal, InvalidArgument, NotFound, ServiceError
 from crmkit.metrics import DbPoolCollector, start_metrics_server
 from crmkit.principal import PrincipalCodec
 from gateway.auth.install import install_auth
+from gateway.auth.verify import CredentialVerifier
 from gateway.body_limit import BodyLimits, BodySizeLimitMiddleware
 from gateway.datamodel.cache import DataModelCache
 from gateway.datamodel.sync import follow_announcements, schema_fetcher
@@ -61,6 +62,7 @@ from gateway.subscriptions.fields import SUBSCRIPTIONS_PART
 from gateway.subscriptions.hub import SubscriptionHub
 from gateway.subscriptions.omitted import omitted_record_loader
 from gateway.upstreams import Upstreams
+from gateway.verified_tokens import VerifiedTokens
 
 log = logging.getLogger("gateway")
 
@@ -199,6 +201,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             load_record=omitted_record_loader(upstreams, principals),
         )
         await feed.start()
+        verified_tokens = VerifiedTokens()
         app.state.gateway = GatewayState(
             settings=settings,
             upstreams=upstreams,
@@ -215,6 +218,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 window_ms=settings.API_RATE_LIMITING_TTL,
                 metrics=metrics,
             ),
+            credentials=CredentialVerifier(
+                settings.APP_SECRET, redis, upstreams.auth, metrics, verified_tokens
+            ),
+            verified_tokens=verified_tokens,
         )
         # /metrics is served on its own port only, never on the public API port.
         metrics_port = start_metrics_server(

@@ -10,14 +10,17 @@ gateway needs: RESP2 replies, the URL's credentials and database, TLS for `redis
 scripts by SHA1 with an EVAL fallback.
 
 Failures raise redis-py's exception types, so callers handle them as for any Redis client.
-After a failed connect the next attempt waits `reconnect_interval` seconds: with Redis down,
-requests go on at once (auth asks identity, the limiter fails open) instead of each paying for
-a connection attempt.
+A failed connect opens a breaker: until a reconnect succeeds, commands fail at once without
+touching the network, and at most one reconnect per `reconnect_interval` runs in the background
+(started by a command). So with Redis down, requests go on at once (auth asks identity, the
+limiter fails open): none pays for, or queues behind, a connection attempt, even when Redis's
+host drops packets and each attempt lasts the whole timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import ssl
 import time
@@ -152,6 +155,8 @@ class PipelinedRedis:
         self._pipeline: _Pipeline | None = None
         self._connecting = asyncio.Lock()
         self._next_attempt = 0.0
+        self._down = False  # the last connect failed: commands fail at once until one succeeds
+        self._probe: asyncio.Task[None] | None = None
 
     async def run_script(self, script: LuaScript, keys: list[str], args: list[str | int]) -> Reply:
         """EVALSHA; EVAL when Redis does not have the script (first use, restart, flush)."""
@@ -186,25 +191,52 @@ class PipelinedRedis:
             raise RedisTimeoutError(f"no reply from Redis within {self._timeout} s") from exc
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
         if self._pipeline is not None:
             self._pipeline.close()
             self._pipeline = None
 
     async def _connect(self) -> _Pipeline:
+        if self._down:
+            self._reconnect_in_background()
+            raise RedisConnectionError("Redis unreachable; reconnecting in the background")
         async with self._connecting:
             if self._pipeline is not None and not self._pipeline.closed:
                 return self._pipeline
-            if time.monotonic() < self._next_attempt:
-                raise RedisConnectionError("Redis unreachable; not retrying yet")
-            try:
-                async with asyncio.timeout(self._timeout):
-                    pipeline = await self._open()
-                    await self._handshake(pipeline)
-            except (OSError, TimeoutError, RedisConnectionError, ResponseError) as exc:
-                self._next_attempt = time.monotonic() + self._reconnect_interval
-                raise RedisConnectionError(f"cannot connect to Redis: {exc}") from exc
-            self._pipeline = pipeline
-            return pipeline
+            if self._down:  # the attempt this call waited for failed
+                raise RedisConnectionError("Redis unreachable; reconnecting in the background")
+            return await self._attempt()
+
+    def _reconnect_in_background(self) -> None:
+        running = self._probe is not None and not self._probe.done()
+        if running or time.monotonic() < self._next_attempt:
+            return
+        self._probe = asyncio.create_task(self._reconnect(), name="redis-reconnect")
+
+    async def _reconnect(self) -> None:
+        async with self._connecting:
+            with contextlib.suppress(RedisConnectionError):  # still down: the breaker stays open
+                await self._attempt()
+
+    async def _attempt(self) -> _Pipeline:
+        """One connect and handshake; opens the breaker when it fails, closes it when not."""
+        pipeline: _Pipeline | None = None
+        try:
+            async with asyncio.timeout(self._timeout):
+                pipeline = await self._open()
+                await self._handshake(pipeline)
+        except (OSError, TimeoutError, RedisConnectionError, ResponseError) as exc:
+            if pipeline is not None:
+                pipeline.close()
+            self._down = True
+            self._next_attempt = time.monotonic() + self._reconnect_interval
+            raise RedisConnectionError(f"cannot connect to Redis: {exc}") from exc
+        self._pipeline = pipeline
+        self._down = False
+        return pipeline
 
     async def _open(self) -> _Pipeline:
         loop = asyncio.get_running_loop()

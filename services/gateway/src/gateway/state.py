@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 from nats.aio.client import Client as NatsClient
@@ -20,6 +20,9 @@ from gateway.settings import GatewaySettings
 from gateway.subscriptions.hub import EventSubscription
 from gateway.upstreams import Upstreams
 from gateway.verified_tokens import VerifiedTokens
+
+if TYPE_CHECKING:
+    from gateway.auth.verify import CredentialVerifier
 
 
 class RateLimit(Protocol):
@@ -56,6 +59,8 @@ class GatewayState:
     models: DataModelCache
     subscriptions: EventSubscriptions
     rate_limiter: RateLimit
+    # One per process: it remembers a Redis outage and identity's answers during it.
+    credentials: CredentialVerifier
     # Access tokens this process has verified (signature only; revocation is read every time).
     verified_tokens: VerifiedTokens = field(default_factory=VerifiedTokens)
 
