@@ -12,8 +12,8 @@ import uuid
 import httpx
 import pytest
 
-from crmstack.client import graphql_data, login, unique_email
 from crmkit.messaging import previous_record_json
+from crmstack.client import graphql_data, login, unique_email
 from crmstack.stack import Stack
 from tests.integration.api_helpers import Api, Record
 from tests.integration.events_client import read_stream
