@@ -22,12 +22,19 @@ from pathlib import Path
 
 import aiohttp
 import asyncpg
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_relay import write_backlog
 from bench.bench_webhooks import Receiver, _signup
-from bench.benchlib import BenchContext, CpuMeter, Result, client_session, main_on_own_stack
+from bench.benchlib import (
+    CREATE_WEBHOOK,
+    BenchContext,
+    CpuMeter,
+    Result,
+    client_session,
+    graphql_data,
+    main_on_own_stack,
+)
 from bench.settle import _backlog
 from crmstack.ports import free_port
 
@@ -38,19 +45,14 @@ async def _webhook(
     http: aiohttp.ClientSession, headers: dict[str, str], url: str
 ) -> tuple[str, str]:
     """A webhook on every person operation; returns its id and secret."""
-    async with http.post(
+    data = await graphql_data(
+        http,
         "/graphql",
-        headers=headers,
-        json={
-            "query": "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) "
-            "{ id secret } }",
-            "variables": {"input": {"targetUrl": url, "operations": ["person.*"]}},
-        },
-    ) as response:
-        body = orjson.loads(await response.read())
-    if body.get("errors"):
-        raise RuntimeError(f"createWebhook failed: {body['errors']}")
-    made = body["data"]["createWebhook"]
+        headers,
+        CREATE_WEBHOOK,
+        {"input": {"targetUrl": url, "operations": ["person.*"]}},
+    )
+    made = data["createWebhook"]
     return str(made["id"]), str(made["secret"])
 
 

@@ -19,7 +19,13 @@ import aiohttp
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from bench.benchlib import BenchContext, Result, client_session, main_on_own_stack
+from bench.benchlib import (
+    BenchContext,
+    Result,
+    client_session,
+    graphql_data,
+    main_on_own_stack,
+)
 from bench.seed import signup
 
 BUDGETS = {False: 25_000.0, True: 10_000.0}  # rows/s, by events on
@@ -36,14 +42,7 @@ FIELDS = (
 async def _metadata(
     http: aiohttp.ClientSession, headers: dict[str, str], query: str, variables: dict[str, Any]
 ) -> dict[str, Any]:
-    async with http.post(
-        "/metadata", headers=headers, json={"query": query, "variables": variables}
-    ) as response:
-        body: dict[str, Any] = orjson.loads(await response.read())
-    if body.get("errors"):
-        raise RuntimeError(f"metadata call failed: {body['errors']}")
-    data: dict[str, Any] = body["data"]
-    return data
+    return await graphql_data(http, "/metadata", headers, query, variables)
 
 
 async def _workspace(http: aiohttp.ClientSession) -> dict[str, str]:

@@ -36,7 +36,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from bench.benchlib import percentile
+from bench.benchlib import cpu_seconds, percentile
 from bench.seed import signup
 from crmstack.stack import Stack, StackConfig
 from records.sql import workspace_schema_name
@@ -272,17 +272,6 @@ def processes(stack: Stack) -> dict[str, list[psutil.Process]]:
         root = psutil.Process(postgres)
         found["postgres"] = [root, *root.children(recursive=True)]
     return found
-
-
-def cpu_seconds(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for process in procs:
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
 
 
 async def idle_cpu(stack: Stack, seconds: float) -> dict[str, float]:

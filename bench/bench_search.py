@@ -25,7 +25,15 @@ import aiohttp
 import asyncpg
 import orjson
 
-from bench.benchlib import BenchContext, Result, Samples, compare, drive, percentile
+from bench.benchlib import (
+    BenchContext,
+    Result,
+    Samples,
+    compare,
+    drive,
+    graphql_data,
+    percentile,
+)
 from bench.seed import _Writer, analyze, signup
 from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2
@@ -119,14 +127,7 @@ async def _custom_object(
     """A custom object with TEXT subject and EMAIL requester; answers its field ids."""
 
     async def metadata(query: str, variables: dict[str, Any]) -> dict[str, Any]:
-        async with http.post(
-            base_url + "/metadata", json={"query": query, "variables": variables}, headers=headers
-        ) as response:
-            body: dict[str, Any] = orjson.loads(await response.read())
-        if body.get("errors"):
-            raise RuntimeError(f"metadata call failed: {body['errors']}")
-        data: dict[str, Any] = body["data"]
-        return data
+        return await graphql_data(http, base_url + "/metadata", headers, query, variables)
 
     created = await metadata(
         "mutation($i: CreateObjectInput!) { createObject(input: $i) { id fields { edges { node "

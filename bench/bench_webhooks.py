@@ -28,9 +28,11 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.benchlib import (
+    CREATE_WEBHOOK,
     BenchContext,
     Result,
     client_session,
+    graphql_data,
     main_on_own_stack,
     paced,
     percentile,
@@ -90,19 +92,14 @@ async def _signup(http: aiohttp.ClientSession) -> dict[str, str]:
 
 
 async def _create_webhook(http: aiohttp.ClientSession, headers: dict[str, str], url: str) -> str:
-    async with http.post(
+    data = await graphql_data(
+        http,
         "/graphql",
-        headers=headers,
-        json={
-            "query": "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) "
-            "{ id secret } }",
-            "variables": {"input": {"targetUrl": url, "operations": ["person.created"]}},
-        },
-    ) as response:
-        body = orjson.loads(await response.read())
-    if body.get("errors"):
-        raise RuntimeError(f"createWebhook failed: {body['errors']}")
-    secret: str = body["data"]["createWebhook"]["secret"]
+        headers,
+        CREATE_WEBHOOK,
+        {"input": {"targetUrl": url, "operations": ["person.created"]}},
+    )
+    secret: str = data["createWebhook"]["secret"]
     return secret
 
 

@@ -165,6 +165,41 @@ async def drive(
     return samples
 
 
+async def graphql_data(
+    http: aiohttp.ClientSession,
+    url: str,
+    headers: dict[str, str],
+    query: str,
+    variables: dict[str, Any],
+) -> dict[str, Any]:
+    """POST a GraphQL call (`/graphql` or `/metadata`) and return its `data`; errors raise."""
+    async with http.post(
+        url, headers=headers, json={"query": query, "variables": variables}
+    ) as response:
+        body: dict[str, Any] = orjson.loads(await response.read())
+    if body.get("errors"):
+        raise RuntimeError(f"{url} call failed: {body['errors']}")
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+CREATE_WEBHOOK = (
+    "mutation($input: CreateWebhookInput!) { createWebhook(input: $input) { id secret } }"
+)
+
+
+def cpu_seconds(processes: Sequence[psutil.Process]) -> float:
+    """User plus system CPU seconds of `processes` (those gone meanwhile count nothing)."""
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def client_session(base_url: str, connections: int = 200) -> aiohttp.ClientSession:
     """HTTP/1.1 keep-alive client whose relative URLs go to `base_url` (the gateway).
 

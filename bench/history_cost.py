@@ -30,6 +30,7 @@ import orjson
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from bench.benchlib import cpu_seconds
 from crm.common.v1 import common_pb2
 from crmstack.client import signup
 from crmstack.stack import Stack, StackConfig
@@ -50,14 +51,7 @@ class Cpu:
 
     def _postgres(self) -> float:
         root = psutil.Process(self.postmaster)
-        total = 0.0
-        for process in [root, *root.children(recursive=True)]:
-            try:
-                times = process.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-        return total
+        return cpu_seconds([root, *root.children(recursive=True)])
 
     def now(self) -> dict[str, float]:
         used = {name: sum(psutil.Process(pid).cpu_times()[:2]) for name, pid in self.pids.items()}
