@@ -65,6 +65,10 @@ _COLORS = {
 }
 
 
+# Starts of a service instance that dies before it listens (Stack._wait_listening).
+_STARTS = 3
+
+
 class StackError(RuntimeError):
     """The stack could not start; the message says why."""
 
@@ -345,11 +349,28 @@ class Stack:
             self._write_state()
 
     def _wait_listening(self, instance: ServiceInstance) -> None:
-        if not wait_for_port(instance.port, self.config.startup_timeout):
-            raise StackError(
-                f"{instance.process.name} did not start listening on {instance.port}:\n"
-                + instance.process.tail()
-            )
+        """Until the instance listens. A child that died before it listened is started again,
+        twice at most: a child forked from a process that uses gRPC can crash before its exec
+        (gRPC's fork handlers, grpc/grpc#43055), which no restart policy should need to cover."""
+        deadline = time.monotonic() + self.config.startup_timeout
+        starts = 1
+        while not wait_for_port(instance.port, 0.5):
+            process = instance.process
+            if time.monotonic() > deadline or (starts >= _STARTS and not process.is_running()):
+                raise StackError(
+                    f"{process.name} did not start listening on {instance.port}:\n" + process.tail()
+                )
+            if not process.is_running() and self._start_exited(process):
+                starts += 1
+                say(f"{process.name} exited before it listened; starting it again")
+
+    def _start_exited(self, process: ManagedProcess) -> bool:
+        with self._lock:
+            if self._stopping.is_set() or process.is_running():
+                return False
+            process.start(on_exit=self._on_exit)
+            self._write_state()
+            return True
 
     def _on_exit(self, process: ManagedProcess, code: int) -> None:
         if self._stopping.is_set():
@@ -365,11 +386,7 @@ class Stack:
 
     def _restart(self, process: ManagedProcess) -> None:
         # PostgreSQL recovers from its WAL as it starts; NATS reloads its JetStream store.
-        with self._lock:
-            if self._stopping.is_set() or process.is_running():
-                return
-            process.start(on_exit=self._on_exit)
-            self._write_state()
+        self._start_exited(process)
 
     # -- health ------------------------------------------------------------------------------
     def health(self, url: str | None = None) -> tuple[int, dict[str, object]]:
