@@ -102,14 +102,18 @@ async def _principal_metadata(request: Request) -> list[tuple[str, str | bytes]]
     return metadata
 
 
-async def get_import(request: Request) -> Response:
-    """GET /rest/imports/{id}: `{data: job}`."""
+async def _job(request: Request, method: str) -> Response:
+    """`{data: job}` from the ImportService `method` called with the path's job id."""
     metadata = await _principal_metadata(request)
     stub = gateway_state(request).upstreams.imports
-    response = await call(
-        stub.GetImportJob, records_pb2.ImportJobRequest(id=request.path_params["id"]), metadata
-    )
+    job = records_pb2.ImportJobRequest(id=request.path_params["id"])
+    response = await call(getattr(stub, method), job, metadata)
     return Response(b'{"data":' + response.job_json + b"}", media_type=JSON)
+
+
+async def get_import(request: Request) -> Response:
+    """GET /rest/imports/{id}: `{data: job}`."""
+    return await _job(request, "GetImportJob")
 
 
 async def list_imports(request: Request) -> Response:
@@ -139,12 +143,7 @@ async def list_imports(request: Request) -> Response:
 
 async def cancel_import(request: Request) -> Response:
     """POST /rest/imports/{id}/cancel: `{data: job}` (state cancelled; rows written stay)."""
-    metadata = await _principal_metadata(request)
-    stub = gateway_state(request).upstreams.imports
-    response = await call(
-        stub.CancelImportJob, records_pb2.ImportJobRequest(id=request.path_params["id"]), metadata
-    )
-    return Response(b'{"data":' + response.job_json + b"}", media_type=JSON)
+    return await _job(request, "CancelImportJob")
 
 
 async def import_rejections(request: Request) -> Response:
