@@ -1,0 +1,408 @@
+"""What each group of a person row's indexes costs a batch insert, in PostgreSQL alone (#27
+item 4): the records service's own create statement (`records.writes.create_statement`: the
+INSERT of 1,000 people with its outbox and history CTEs) run over asyncpg, with the table's
+index set as the records planner made it, then without each group, blocks alternated round by
+round. The cost is the CPU time of the PostgreSQL backend running the statements (from /proc),
+per row: on a shared machine latency says little, CPU time of the one process doing the work
+does.
+
+    .venv/bin/python bench/index_cost.py [--rounds 3] [--batches 6] [--rows 1000000]
+
+Groups (each dropped alone, then rebuilt from its catalog definition):
+  trigram GINs: the per-field `tg_` GIN indexes (gin_trgm_ops), where the planner still makes them
+  text btrees: every `tx_` (left(column, 256), id) btree
+  search column: the generated `_search_` column and its GIN
+  history CTE: the statement without its record_history insert
+  FK check: the foreign key of `companyId` (a lookup of the company per row)
+  #27 rule: the index set of docs/data-model.md "Indexes" (btrees on firstName, lastName and
+            email only among text fields; no per-field trigram GIN)
+Then the table grows to `--rows` people (the same statement; the outbox truncated as a relay would
+drain it) and the planner's index set is measured again: the write cost at that size beside the
+one at the start (issue 27: within 1.3x). PostgreSQL runs without fsync (crmstack's
+fast_postgres), so the figures are CPU rather than the disk. Prints a table and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import secrets
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import asyncpg
+import httpx
+import orjson
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+from crm.common.v1 import common_pb2
+from crm.metadata.v1 import metadata_pb2 as md
+from crmkit.authz import Access
+from crmstack.client import signup
+from crmstack.stack import Stack, StackConfig
+from records import history, inputs, writes
+from records.model import ObjectModel, WorkspaceModel
+from records.sql import quote
+
+BATCH = 1000
+START_ROWS = 10_000
+INDEXED_TEXT = ("firstName", "lastName", "email")  # the #27 rule's text btrees on person
+ENV = {"LOG_LEVEL": "WARNING", "API_RATE_LIMITING_LIMIT": "1000000000"}
+FIRST = ("Ada", "Grace", "Alan", "Linus", "Margaret", "Ken", "Barbara", "Dennis", "Radia")
+LAST = ("Lovelace", "Hopper", "Turing", "Torvalds", "Hamilton", "Thompson", "Liskov", "Allen")
+TITLES = ("Engineer", "Account Executive", "VP Sales", "CTO", "Product Manager", "Designer")
+CITIES = ("Paris", "Berlin", "Lisbon", "Montréal", "São Paulo", "Zürich", "Kraków", "Oslo")
+
+
+def _person(i: int, rng: random.Random, companies: list[str]) -> dict[str, Any]:
+    """A person with every text field filled, as imported contacts usually are."""
+    first, last = rng.choice(FIRST), rng.choice(LAST)
+    return {
+        "firstName": first,
+        "lastName": f"{last} {i}",
+        "email": f"{first.lower()}.{last.lower()}{i}@{secrets.token_hex(3)}.example.com",
+        "phone": f"+1 555 {i:07d}",
+        "jobTitle": rng.choice(TITLES),
+        "city": rng.choice(CITIES),
+        "linkedinLink": f"https://www.linkedin.com/in/{first.lower()}-{last.lower()}-{i}",
+        "companyId": rng.choice(companies),
+    }
+
+
+@dataclass
+class Variant:
+    name: str
+    drop_indexes: list[str] = field(default_factory=list)
+    drop_search: bool = False
+    drop_fk: bool = False
+    history: bool = True
+
+
+@dataclass
+class Shape:
+    """The person table's removable parts, read from the catalog (to drop and rebuild)."""
+
+    indexes: dict[str, str]  # name -> CREATE INDEX definition
+    search_column: str  # "" when none
+    search_expression: str
+    search_indexes: dict[str, str]
+    foreign_key: str
+    foreign_key_definition: str
+
+
+async def _shape(connection: asyncpg.Connection, obj: ObjectModel) -> Shape:
+    rows = await connection.fetch(
+        "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_index i JOIN pg_class c "
+        "ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1)",
+        f'"{obj.schema}"."{obj.name_singular}"',
+    )
+    indexes = {row[0]: row[1] for row in rows}
+    column = await connection.fetchrow(
+        "SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a "
+        "JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+        "WHERE a.attrelid = to_regclass($1) AND a.attname LIKE '\\_search\\_%' "
+        "AND NOT a.attisdropped",
+        f'"{obj.schema}"."{obj.name_singular}"',
+    )
+    search_column, expression = (column[0], column[1]) if column else ("", "")
+    search = {n: d for n, d in indexes.items() if search_column and f"({search_column} " in d}
+    fk = await connection.fetchrow(
+        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+        "WHERE conrelid = to_regclass($1) AND contype = 'f'",
+        f'"{obj.schema}"."{obj.name_singular}"',
+    )
+    return Shape(
+        {n: d for n, d in indexes.items() if n not in search},
+        search_column,
+        expression,
+        search,
+        fk[0] if fk else "",
+        fk[1] if fk else "",
+    )
+
+
+def _variants(shape: Shape) -> list[Variant]:
+    trigram = sorted(n for n in shape.indexes if n.startswith("tg_"))
+    text = sorted(n for n in shape.indexes if n.startswith("tx_"))
+    unwanted_text = [
+        n for n in text if not any(f'"{name}"' in shape.indexes[n] for name in INDEXED_TEXT)
+    ]
+    found = [
+        Variant("as planned"),
+        Variant("- trigram GINs", drop_indexes=trigram),
+        Variant("- text btrees", drop_indexes=text),
+        Variant("- search column", drop_search=True),
+        Variant("- history CTE", history=False),
+        Variant("- FK check", drop_fk=True),
+        Variant("#27 rule", drop_indexes=trigram + unwanted_text),
+    ]
+    return [
+        v
+        for v in found
+        if v.name == "as planned"
+        or v.drop_indexes
+        or (v.drop_search and shape.search_column)
+        or (v.drop_fk and shape.foreign_key)
+        or not v.history
+    ]
+
+
+class Table:
+    def __init__(self, connection: asyncpg.Connection, obj: ObjectModel, shape: Shape) -> None:
+        self.connection = connection
+        self.obj = obj
+        self.shape = shape
+
+    async def apply(self, variant: Variant) -> None:
+        for name in variant.drop_indexes:
+            await self.connection.execute(f"DROP INDEX {quote(self.obj.schema)}.{quote(name)}")
+        if variant.drop_search:
+            await self.connection.execute(
+                f"ALTER TABLE {self.obj.table} DROP COLUMN {quote(self.shape.search_column)}"
+            )
+        if variant.drop_fk:
+            await self.connection.execute(
+                f"ALTER TABLE {self.obj.table} DROP CONSTRAINT {quote(self.shape.foreign_key)}"
+            )
+
+    async def restore(self, variant: Variant) -> None:
+        for name in variant.drop_indexes:
+            await self.connection.execute(self.shape.indexes[name])
+        if variant.drop_search:
+            await self.connection.execute(
+                f"ALTER TABLE {self.obj.table} ADD COLUMN {quote(self.shape.search_column)} text "
+                f"GENERATED ALWAYS AS ({self.shape.search_expression}) STORED"
+            )
+            for definition in self.shape.search_indexes.values():
+                await self.connection.execute(definition)
+        if variant.drop_fk:
+            await self.connection.execute(
+                f"ALTER TABLE {self.obj.table} ADD CONSTRAINT {quote(self.shape.foreign_key)} "
+                f"{self.shape.foreign_key_definition}"
+            )
+
+
+@contextmanager
+def _history(on: bool) -> Iterator[None]:
+    if on:
+        yield
+        return
+    with mock.patch.object(history, "history_cte", lambda name, *a, **k: f"{name} AS (SELECT 1)"):
+        yield
+
+
+class Writer:
+    """Batches of people through records' own create statement, on one connection."""
+
+    def __init__(
+        self,
+        connection: asyncpg.Connection,
+        principal: common_pb2.Principal,
+        obj: ObjectModel,
+        companies: list[str],
+    ) -> None:
+        self.connection = connection
+        self.principal = principal
+        self.obj = obj
+        self.companies = companies
+        self.access = Access(own_records_only=False, owner_id=principal.user_id)
+        self.ids = inputs.RecordIds()
+        self.rng = random.Random(7)
+        self.written = 0
+        self.backend: psutil.Process | None = None
+
+    async def start(self) -> None:
+        self.backend = psutil.Process(await self.connection.fetchval("SELECT pg_backend_pid()"))
+
+    def cpu(self) -> float:
+        assert self.backend is not None, "start() first"
+        times = self.backend.cpu_times()
+        return float(times.user + times.system)
+
+    async def batch(self, with_history: bool = True) -> tuple[float, float]:
+        """One statement of BATCH rows; (backend CPU seconds, wall seconds)."""
+        data = [_person(self.written + n, self.rng, self.companies) for n in range(BATCH)]
+        rows = inputs.prepare_batch(self.obj, data, self.access, self.ids)
+        with _history(with_history):
+            sql, params = writes.create_statement(self.principal, self.obj, rows, ())
+        cpu, started = self.cpu(), time.perf_counter()
+        async with self.connection.transaction():
+            found = await self.connection.fetch(sql, *params.values)
+        wall = time.perf_counter() - started
+        assert len(found) == BATCH
+        self.written += BATCH
+        return self.cpu() - cpu, wall
+
+
+async def _blocks(
+    writer: Writer, variant: Variant, batches: int, into: dict[str, list[tuple[float, float]]]
+) -> None:
+    for _ in range(batches):
+        into.setdefault(variant.name, []).append(await writer.batch(variant.history))
+
+
+def _per_row(samples: list[tuple[float, float]]) -> dict[str, float]:
+    cpu = sum(s[0] for s in samples) / (len(samples) * BATCH)
+    return {
+        "cpu_us_per_row": round(cpu * 1e6, 1),
+        "wall_ms_per_batch_p50": round(statistics.median(s[1] for s in samples) * 1000, 1),
+        "batches": len(samples),
+    }
+
+
+async def _grow(writer: Writer, rows: int, say: Callable[[str], None]) -> None:
+    count = await writer.connection.fetchval(f"SELECT count(*) FROM {writer.obj.table}")
+    while count < rows:
+        await writer.batch()
+        count += BATCH
+        if count % 50_000 == 0:
+            await writer.connection.execute("TRUNCATE records.outbox")
+            say(f"  {count:,} people")
+
+
+async def measure(
+    database_url: str,
+    workspace_id: str,
+    user_id: str,
+    companies: list[str],
+    args: argparse.Namespace,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    connection = await asyncpg.connect(database_url)
+    for type_name in ("json", "jsonb"):  # as crmkit.db's pools encode JSON parameters
+        await connection.set_type_codec(
+            type_name,
+            encoder=lambda value: orjson.dumps(value).decode(),
+            decoder=orjson.loads,
+            schema="pg_catalog",
+        )
+    try:
+        payload = await connection.fetchval(
+            "SELECT schema_proto FROM records.workspace_schemas WHERE workspace_id = $1",
+            workspace_id,
+        )
+        model = WorkspaceModel.from_proto(md.WorkspaceSchema.FromString(payload))
+        person = model.object("person")
+        assert person is not None
+        principal = common_pb2.Principal(
+            workspace_id=workspace_id, user_id=user_id, kind=common_pb2.PRINCIPAL_KIND_USER
+        )
+        writer = Writer(connection, principal, person, companies)
+        await writer.start()
+        await _grow(writer, START_ROWS, say)
+        shape = await _shape(connection, person)
+        table = Table(connection, person, shape)
+        variants = _variants(shape)
+        say(f"indexes on person: {sorted(shape.indexes)} search: {shape.search_column}")
+        samples: dict[str, list[tuple[float, float]]] = {}
+        for round_ in range(args.rounds):
+            say(f"round {round_ + 1}/{args.rounds} at ~{START_ROWS:,} people")
+            for variant in variants if round_ % 2 == 0 else list(reversed(variants)):
+                await table.apply(variant)
+                try:
+                    await _blocks(writer, variant, args.batches, samples)
+                finally:
+                    await table.restore(variant)
+                await connection.execute("TRUNCATE records.outbox")
+        result: dict[str, Any] = {
+            "start_rows": await connection.fetchval(f"SELECT count(*) FROM {person.table}"),
+            "variants": {name: _per_row(s) for name, s in samples.items()},
+        }
+        if args.rows > 0:
+            say(f"growing to {args.rows:,} people")
+            await _grow(writer, args.rows, say)
+            await connection.execute("TRUNCATE records.outbox")
+            await connection.execute(f"VACUUM ANALYZE {person.table}")
+            large: dict[str, list[tuple[float, float]]] = {}
+            await _blocks(writer, Variant("as planned"), args.batches * args.rounds, large)
+            result["large_rows"] = await connection.fetchval(f"SELECT count(*) FROM {person.table}")
+            result["large"] = _per_row(large["as planned"])
+            small = result["variants"]["as planned"]["cpu_us_per_row"]
+            result["large_over_start"] = round(result["large"]["cpu_us_per_row"] / small, 2)
+        return result
+    finally:
+        await connection.close()
+
+
+def _table(result: dict[str, Any]) -> str:
+    base = result["variants"]["as planned"]["cpu_us_per_row"]
+    lines = [f"{'variant':<18} {'CPU us/row':>10} {'vs planned':>10} {'wall ms/batch':>13}"]
+    for name, row in result["variants"].items():
+        lines.append(
+            f"{name:<18} {row['cpu_us_per_row']:>10.1f} "
+            f"{row['cpu_us_per_row'] - base:>+10.1f} {row['wall_ms_per_batch_p50']:>13.1f}"
+        )
+    if "large" in result:
+        row = result["large"]
+        lines.append(
+            f"{'at ' + format(result['large_rows'], ',') + ' rows':<18} "
+            f"{row['cpu_us_per_row']:>10.1f} {'x' + str(result['large_over_start']):>10} "
+            f"{row['wall_ms_per_batch_p50']:>13.1f}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=6, help="batches per variant per round")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="0: skip the large table")
+    args = parser.parse_args()
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    data_dir = Path(tempfile.mkdtemp(prefix="crm-index-cost-"))
+    stack = Stack(
+        StackConfig(
+            data_dir=data_dir,
+            app_secret=secrets.token_urlsafe(48),
+            extra_env=ENV,
+            fast_postgres=True,
+        )
+    )
+    stack.start()
+    try:
+        with httpx.Client(base_url=stack.base_url, timeout=60) as http:
+            session = signup(http)
+            response = http.post(
+                "/rest/batch/companies",
+                json=[{"name": f"Company {i}"} for i in range(200)],
+                headers=session.headers,
+            )
+            assert response.status_code == 201, response.text
+            companies = [row["id"] for row in response.json()["data"]]
+        for service, instances in stack.instances.items():  # PostgreSQL alone from here
+            for replica in range(len(instances)):
+                stack.terminate(service, replica)
+        measured = asyncio.run(
+            measure(
+                stack.env["DATABASE_URL"],
+                session.workspace_id,
+                session.user_id,
+                companies,
+                args,
+                say,
+            )
+        )
+        measured["load"] = psutil.getloadavg()
+        print(_table(measured), flush=True)
+        print(orjson.dumps(measured).decode(), flush=True)
+    finally:
+        stack.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
