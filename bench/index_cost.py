@@ -6,7 +6,7 @@ round. The cost is the CPU time of the PostgreSQL backend running the statements
 per row: on a shared machine latency says little, CPU time of the one process doing the work
 does.
 
-    .venv/bin/python bench/index_cost.py [--rounds 3] [--batches 6] [--rows 1000000]
+    .venv/bin/python bench/index_cost.py [--rounds 4] [--batches 8] [--rows 1000000]
 
 Groups (each dropped alone, then rebuilt from its catalog definition):
   trigram GINs: the per-field `tg_` GIN indexes (gin_trgm_ops), where the planner still makes them
@@ -16,10 +16,12 @@ Groups (each dropped alone, then rebuilt from its catalog definition):
   FK check: the foreign key of `companyId` (a lookup of the company per row)
   #27 rule: the index set of docs/data-model.md "Indexes" (btrees on firstName, lastName and
             email only among text fields; no per-field trigram GIN)
-Then the table grows to `--rows` people (the same statement; the outbox truncated as a relay would
-drain it) and the planner's index set is measured again: the write cost at that size beside the
-one at the start (issue 27: within 1.3x). PostgreSQL runs without fsync (crmstack's
-fast_postgres), so the figures are CPU rather than the disk. Prints a table and one JSON line.
+Each block starts from the same table of 10,000 people (the block's rows deleted and the table
+vacuumed after it). Then the table grows to `--rows` people (the same statement, history kept;
+the outbox truncated as a relay would drain it) and the planner's index set is measured again:
+the write cost at that size beside the one at the start (issue 27: within 1.3x). PostgreSQL runs
+without fsync (crmstack's fast_postgres), so the figures are CPU rather than the disk. Prints a
+table and one JSON line.
 """
 
 from __future__ import annotations
@@ -220,6 +222,7 @@ class Writer:
         self.ids = inputs.RecordIds()
         self.rng = random.Random(7)
         self.written = 0
+        self.block: list[str] = []  # ids written since the last forget()
         self.backend: psutil.Process | None = None
 
     async def start(self) -> None:
@@ -242,7 +245,18 @@ class Writer:
         wall = time.perf_counter() - started
         assert len(found) == BATCH
         self.written += BATCH
+        self.block += [row.columns["id"] for row in rows]
         return self.cpu() - cpu, wall
+
+    async def forget(self) -> None:
+        """Delete the people written since the last call, their history and every outbox row,
+        and vacuum: each block of the comparison starts from the same table."""
+        await self.connection.execute(
+            f"DELETE FROM {self.obj.table} WHERE id = ANY($1::uuid[])", self.block
+        )
+        await self.connection.execute("TRUNCATE records.record_history, records.outbox")
+        await self.connection.execute(f"VACUUM {self.obj.table}")
+        self.block = []
 
 
 async def _blocks(
@@ -268,6 +282,7 @@ async def _grow(writer: Writer, rows: int, say: Callable[[str], None]) -> None:
         count += BATCH
         if count % 50_000 == 0:
             await writer.connection.execute("TRUNCATE records.outbox")
+            writer.block = []
             say(f"  {count:,} people")
 
 
@@ -301,6 +316,7 @@ async def measure(
         writer = Writer(connection, principal, person, companies)
         await writer.start()
         await _grow(writer, START_ROWS, say)
+        await writer.forget()
         shape = await _shape(connection, person)
         table = Table(connection, person, shape)
         variants = _variants(shape)
@@ -314,7 +330,7 @@ async def measure(
                     await _blocks(writer, variant, args.batches, samples)
                 finally:
                     await table.restore(variant)
-                await connection.execute("TRUNCATE records.outbox")
+                await writer.forget()
         result: dict[str, Any] = {
             "start_rows": await connection.fetchval(f"SELECT count(*) FROM {person.table}"),
             "variants": {name: _per_row(s) for name, s in samples.items()},
@@ -355,8 +371,8 @@ def _table(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=6, help="batches per variant per round")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=8, help="batches per variant per round")
     parser.add_argument("--rows", type=int, default=1_000_000, help="0: skip the large table")
     args = parser.parse_args()
 
