@@ -50,10 +50,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2 as md
+from crm.records.v1 import records_pb2
 from crmkit.authz import Access
 from crmstack.client import signup
 from crmstack.stack import Stack, StackConfig
-from records import history, inputs, writes
+from records import history, inputs, reads, writes
+from records.context import RequestContext
 from records.model import ObjectModel, WorkspaceModel
 from records.sql import quote
 
@@ -346,9 +348,57 @@ async def measure(
             result["large"] = _per_row(large["as planned"])
             small = result["variants"]["as planned"]["cpu_us_per_row"]
             result["large_over_start"] = round(result["large"]["cpu_us_per_row"] / small, 2)
+            result["fragments"] = await _fragments(writer, model, 21)
         return result
     finally:
         await connection.close()
+
+
+# Fragment filters on the large table as a user types them (records' own list path, first page of
+# 50 by id): selective ones, and common ones (a ninth or an eighth of the rows match).
+FRAGMENTS = (
+    ("email", "contains", "hamilton42424"),
+    ("email", "endsWith", "0ff1ce.example.com"),
+    ("lastName", "startsWith", "Turing 4242"),
+    ("lastName", "contains", "per 31415"),
+    ("firstName", "startsWith", "Marg"),
+    ("lastName", "contains", "urin"),
+    ("email", "contains", "ZZZ-none"),
+)
+Op = common_pb2.FilterOperator
+_OPERATORS = {"contains": Op.FILTER_OPERATOR_CONTAINS, "startsWith": Op.FILTER_OPERATOR_STARTS_WITH,
+              "endsWith": Op.FILTER_OPERATOR_ENDS_WITH}  # fmt: skip
+
+
+async def _fragments(writer: Writer, model: WorkspaceModel, repeat: int) -> dict[str, Any]:
+    """p50 wall time and backend CPU per list call of each fragment filter (`repeat` calls)."""
+    ctx = RequestContext(writer.principal, model)
+    found: dict[str, Any] = {}
+    for name, operator, value in FRAGMENTS:
+        request = records_pb2.ListRecordsRequest(
+            first=50,
+            filter=common_pb2.Filter(
+                condition=common_pb2.Condition(
+                    field=name, operator=_OPERATORS[operator], value_json=orjson.dumps(value)
+                )
+            ),
+        )
+        walls: list[float] = []
+        cpu = writer.cpu()
+        rows = 0
+        for _ in range(repeat):
+            started = time.perf_counter()
+            page = await reads.list_records(
+                writer.connection, ctx, writer.obj, writer.access, request
+            )
+            walls.append(time.perf_counter() - started)
+            rows = len(orjson.loads(page.records_json))
+        found[f"{name} {operator} {value!r}"] = {
+            "p50_ms": round(statistics.median(walls) * 1000, 1),
+            "cpu_ms": round((writer.cpu() - cpu) * 1000 / repeat, 1),
+            "rows": rows,
+        }
+    return found
 
 
 def _table(result: dict[str, Any]) -> str:
@@ -366,6 +416,8 @@ def _table(result: dict[str, Any]) -> str:
             f"{row['cpu_us_per_row']:>10.1f} {'x' + str(result['large_over_start']):>10} "
             f"{row['wall_ms_per_batch_p50']:>13.1f}"
         )
+    for name, row in result.get("fragments", {}).items():
+        lines.append(f"{name[:44]:<44} p50 {row['p50_ms']:>7.1f} ms  CPU {row['cpu_ms']:>6.1f} ms")
     return "\n".join(lines)
 
 
