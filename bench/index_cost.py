@@ -139,8 +139,13 @@ async def _shape(connection: asyncpg.Connection, obj: ObjectModel) -> Shape:
 def _variants(shape: Shape) -> list[Variant]:
     trigram = sorted(n for n in shape.indexes if n.startswith("tg_"))
     text = sorted(n for n in shape.indexes if n.startswith("tx_"))
-    unwanted_text = [
-        n for n in text if not any(f'"{name}"' in shape.indexes[n] for name in INDEXED_TEXT)
+    unwanted_text = [  # pg_get_indexdef quotes only mixed-case names: "left"(email, 256)
+        n
+        for n in text
+        if not any(
+            f"({quote(name) if name != name.lower() else name}, 256)" in shape.indexes[n]
+            for name in INDEXED_TEXT
+        )
     ]
     found = [
         Variant("as planned"),
@@ -370,9 +375,23 @@ _OPERATORS = {"contains": Op.FILTER_OPERATOR_CONTAINS, "startsWith": Op.FILTER_O
               "endsWith": Op.FILTER_OPERATOR_ENDS_WITH}  # fmt: skip
 
 
+class _Recorder:
+    """The connection, remembering the last statement it ran (for EXPLAIN)."""
+
+    def __init__(self, connection: asyncpg.Connection) -> None:
+        self.connection = connection
+        self.last: tuple[str, tuple[Any, ...]] = ("", ())
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        self.last = (sql, args)
+        return list(await self.connection.fetch(sql, *args))
+
+
 async def _fragments(writer: Writer, model: WorkspaceModel, repeat: int) -> dict[str, Any]:
-    """p50 wall time and backend CPU per list call of each fragment filter (`repeat` calls)."""
+    """p50 wall time and backend CPU per list call of each fragment filter (`repeat` calls), and
+    the plan of its statement (EXPLAIN ANALYZE: which index, how many rows)."""
     ctx = RequestContext(writer.principal, model)
+    recorder = _Recorder(writer.connection)
     found: dict[str, Any] = {}
     for name, operator, value in FRAGMENTS:
         request = records_pb2.ListRecordsRequest(
@@ -388,15 +407,17 @@ async def _fragments(writer: Writer, model: WorkspaceModel, repeat: int) -> dict
         rows = 0
         for _ in range(repeat):
             started = time.perf_counter()
-            page = await reads.list_records(
-                writer.connection, ctx, writer.obj, writer.access, request
-            )
+            page = await reads.list_records(recorder, ctx, writer.obj, writer.access, request)
             walls.append(time.perf_counter() - started)
             rows = len(orjson.loads(page.records_json))
+        used_cpu = writer.cpu() - cpu
+        sql, args = recorder.last
+        plan = await writer.connection.fetch(f"EXPLAIN (ANALYZE, COSTS OFF) {sql}", *args)
         found[f"{name} {operator} {value!r}"] = {
             "p50_ms": round(statistics.median(walls) * 1000, 1),
-            "cpu_ms": round((writer.cpu() - cpu) * 1000 / repeat, 1),
+            "cpu_ms": round(used_cpu * 1000 / repeat, 1),
             "rows": rows,
+            "plan": [row[0] for row in plan],
         }
     return found
 
@@ -418,6 +439,7 @@ def _table(result: dict[str, Any]) -> str:
         )
     for name, row in result.get("fragments", {}).items():
         lines.append(f"{name[:44]:<44} p50 {row['p50_ms']:>7.1f} ms  CPU {row['cpu_ms']:>6.1f} ms")
+        lines += [f"    {line}" for line in row["plan"] if "Scan" in line or "Execution" in line]
     return "\n".join(lines)
 
 
