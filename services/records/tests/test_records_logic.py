@@ -306,3 +306,8 @@ def test_fragment_filters_on_searchable_fields_are_prefiltered_by_the_search_col
     assert short == '(t."firstName" LIKE $1::text)'
     unsearchable, _ = compiled("notes", common_pb2.FILTER_OPERATOR_ENDS_WITH, "abc")
     assert unsearchable == '(t."notes" LIKE $1::text)'
+    # A character unaccent folds apart from its other case: ILIKE may match the other form.
+    excepted, _ = compiled("firstName", common_pb2.FILTER_OPERATOR_CONTAINS, "x\u01a6y")
+    assert excepted == '(t."firstName" ILIKE $1::text)'
+    cased, _ = compiled("firstName", common_pb2.FILTER_OPERATOR_STARTS_WITH, "x\u01a6y")
+    assert cased.startswith('(t."_search_')
