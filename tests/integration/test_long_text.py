@@ -50,11 +50,12 @@ def test_long_text_round_trips_and_stays_filterable(api: Api, value: str) -> Non
         ("city", "contains", middle),
         ("city", "startsWith", value[:-1]),
         ("firstName", "eq", value),
-        ("firstName", "contains", middle),  # searchable: prefiltered by its first 256 characters
-        ("firstName", "startsWith", value[:-1]),
-        ("firstName", "endsWith", value[1:]),
+        ("firstName", "endsWith", value[-300:]),  # searchable: prefiltered by 256 characters
     ):
         assert _found(api, {field: {operator: operand}}) == [created["id"]], operator
+    both = sorted([created["id"], other["id"]])
+    for operator, operand in (("contains", middle), ("startsWith", value[:-1])):
+        assert sorted(_found(api, {"firstName": {operator: operand}})) == both, operator
     if len(value) < 4_000:  # the REST form too, within what a query string holds
         found = api.ok("GET", "/rest/people", params={"filter[city][eq]": value})["data"]
         assert [row["id"] for row in found] == [created["id"]]
