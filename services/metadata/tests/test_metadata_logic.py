@@ -229,3 +229,8 @@ def test_indexed_defaults_and_refusals() -> None:
     assert label.name == "jobTitle"
     assert label.is_indexed
     assert definitions.indexed_label(person) is None
+    company = d.by_id[object_id(d, "company")]
+    flagged = definitions.apply_object_update(
+        d, md.UpdateObjectRequest(id=company.id, label_identifier_field="idealCustomerProfile")
+    )
+    assert definitions.indexed_label(flagged) is None  # a boolean label: no btree to build

@@ -177,7 +177,7 @@ def indexed_label(item: md.ObjectMetadata) -> md.FieldMetadata | None:
     """The object's label field with `is_indexed` set, when it was not (a label field always has
     its btree: lists are sorted and searched by it); None when nothing changes."""
     for entry in item.fields:
-        if entry.name == item.label_identifier_field and not entry.is_indexed:
+        if entry.name == item.label_identifier_field and not entry.is_indexed and indexable(entry):
             changed = md.FieldMetadata()
             changed.CopyFrom(entry)
             changed.is_indexed = True
@@ -325,6 +325,14 @@ def _many_to_one(item: md.FieldMetadata) -> bool:
     )
 
 
+def indexable(item: md.FieldMetadata) -> bool:
+    """A btree serves the field's filters and sorts (not BOOLEAN, MULTI_SELECT, RAW_JSON, nor a
+    one-to-many relation, which has no column)."""
+    if item.type == T.FIELD_TYPE_RELATION:
+        return _many_to_one(item)
+    return item.type in INDEXABLE_TYPES
+
+
 def check_indexed(owner: md.ObjectMetadata, item: md.FieldMetadata, requested: bool | None) -> bool:
     """Whether `item` gets a btree (docs/data-model.md, "Indexes"): as asked, else when it is a
     many-to-one relation or unique. Many-to-one relations and the label field always are."""
@@ -335,13 +343,11 @@ def check_indexed(owner: md.ObjectMetadata, item: md.FieldMetadata, requested: b
             raise InvalidArgument(
                 "many-to-one relations are always indexed (their foreign key)", field="isIndexed"
             )
-        if item.name == owner.label_identifier_field:
+        if item.name == owner.label_identifier_field and indexable(item):
             raise InvalidArgument(
                 "the object's label identifier field is always indexed", field="isIndexed"
             )
-    elif item.type not in INDEXABLE_TYPES or (
-        item.type == T.FIELD_TYPE_RELATION and not _many_to_one(item)
-    ):
+    elif not indexable(item):
         raise InvalidArgument(
             "BOOLEAN, MULTI_SELECT, RAW_JSON and one-to-many relation fields cannot be indexed",
             field="isIndexed",
