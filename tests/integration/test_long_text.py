@@ -50,8 +50,12 @@ def test_long_text_round_trips_and_stays_filterable(api: Api, value: str) -> Non
         ("city", "contains", middle),
         ("city", "startsWith", value[:-1]),
         ("firstName", "eq", value),
+        ("firstName", "endsWith", value[-300:]),  # searchable: prefiltered by 256 characters
     ):
         assert _found(api, {field: {operator: operand}}) == [created["id"]], operator
+    both = sorted([created["id"], other["id"]])
+    for operator, operand in (("contains", middle), ("startsWith", value[:-1])):
+        assert sorted(_found(api, {"firstName": {operator: operand}})) == both, operator
     if len(value) < 4_000:  # the REST form too, within what a query string holds
         found = api.ok("GET", "/rest/people", params={"filter[city][eq]": value})["data"]
         assert [row["id"] for row in found] == [created["id"]]
@@ -85,8 +89,8 @@ def test_a_unique_text_field_takes_long_values(api: Api) -> None:
 
 
 async def _indexes(dsn: str, schema: str, *, old_shape: bool = False) -> list[str]:
-    """The index definitions on person.firstName; with old_shape, first put back the hash index
-    the previous version built, named as it named it."""
+    """The index definitions on person.firstName; with old_shape, first put back the hash and
+    per-field trigram indexes earlier versions built, named as they named them."""
     connection = await asyncpg.connect(dsn)
     try:
         sql = (
@@ -109,6 +113,10 @@ async def _indexes(dsn: str, schema: str, *, old_shape: bool = False) -> list[st
             await connection.execute(
                 f'CREATE INDEX "hx_{digest}" ON "{schema}".person USING hash ("firstName")'
             )
+            await connection.execute(
+                f'CREATE INDEX "tg_{digest}" ON "{schema}".person '
+                'USING gin ("firstName" records.gin_trgm_ops)'
+            )
         return sorted(row[1] for row in await connection.fetch(sql, schema))
     finally:
         await connection.close()
@@ -117,16 +125,17 @@ async def _indexes(dsn: str, schema: str, *, old_shape: bool = False) -> list[st
 def test_a_workspace_planned_before_gets_the_new_index_shape(api: Api, local_stack: Stack) -> None:
     dsn, schema = local_stack.env["DATABASE_URL"], "ws_" + api.session.workspace_id.replace("-", "")
     before = asyncio.run(_indexes(dsn, schema, old_shape=True))
-    assert len(before) == 1, before
+    assert len(before) == 2, before
     assert "USING hash" in before[0], before
+    assert "USING gin" in before[1], before
     subprocess.run(
         [sys.executable, "-m", "records", "migrate"], env=local_stack.env, check=True, timeout=120
     )
     after = asyncio.run(_indexes(dsn, schema))
-    # The label field: a btree on its first 256 characters and a trigram index (data-model.md).
-    assert len(after) == 2, after
-    assert 'USING btree ("left"("firstName", 256), id)' in after[1], after
-    assert 'USING gin ("firstName" records.gin_trgm_ops)' in after[0], after
+    # The label field: a btree on its first 256 characters; fragments go through the search
+    # column's GIN (data-model.md, "Indexes").
+    assert len(after) == 1, after
+    assert 'USING btree ("left"("firstName", 256), id)' in after[0], after
     value = _random_ascii(5_000, 5)
     created = api.create("people", {"firstName": value})
     assert _found(api, {"firstName": {"eq": value}}) == [created["id"]]

@@ -100,6 +100,19 @@ def large(stack: Stack | None, client: httpx.Client) -> Api:
     if stack is None:
         pytest.skip("reads Postgres' table statistics: needs the local launcher")
     api = Api.signup(client)
+    # Deep pages read about a page on an indexed key (company.employees is not by default).
+    fields = api.data(
+        "query($id: UUID!) { fields(filter: {objectMetadataId: {eq: $id}}) "
+        "{ edges { node { id name } } } }",
+        {"id": api.object_id("company")},
+        path="/metadata",
+    )["fields"]["edges"]
+    employees = next(e["node"]["id"] for e in fields if e["node"]["name"] == "employees")
+    api.data(
+        "mutation($id: UUID!) { updateField(input: {id: $id, isIndexed: true}) { isIndexed } }",
+        {"id": employees},
+        path="/metadata",
+    )
     for start in range(0, LARGE, 1000):
         batch = [
             {"name": f"big{i}", "employees": None if i % 10 < 3 else i % 500}

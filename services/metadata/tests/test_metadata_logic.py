@@ -173,3 +173,64 @@ def test_searchable_defaults_and_refusals() -> None:
             ),
         )
     assert caught.value.field == "isSearchable"
+
+
+def test_indexed_defaults_and_refusals() -> None:
+    d = defs()
+    indexed = {
+        o.name_singular: [f.name for f in o.fields if f.is_indexed and not f.is_system]
+        for o in d.objects
+    }
+    assert indexed == {
+        "person": ["firstName", "lastName", "email", "company"],
+        "company": ["name", "website"],
+        "opportunity": ["name", "amount", "stage", "closeDate", "company", "pointOfContact"],
+        "activity": ["title", "type", "dueAt", "person", "company", "opportunity"],
+        "task": ["title", "dueAt", "status", "person", "company"],
+    }
+    person = d.by_id[object_id(d, "person")]
+    system = {f.name: f.is_indexed for f in person.fields if f.is_system}
+    assert system == {
+        "id": True, "ownerId": True, "createdAt": True, "updatedAt": True, "deletedAt": False
+    }  # fmt: skip
+
+    def create(name: str, kind: md.FieldType, **extra: object) -> md.FieldMetadata:
+        request = md.CreateFieldRequest(object_metadata_id=person.id, name=name, type=kind)
+        for key, value in extra.items():
+            setattr(request, key, value)
+        if kind == md.FIELD_TYPE_MULTI_SELECT:
+            request.options.append(md.SelectOption(value="A"))
+        return definitions.new_fields(d, request)[0]
+
+    assert not create("nickname", md.FIELD_TYPE_TEXT).is_indexed
+    assert create("badge", md.FIELD_TYPE_TEXT, is_unique=True).is_indexed
+    assert create("score", md.FIELD_TYPE_NUMBER, is_indexed=True).is_indexed
+    assert not create("code", md.FIELD_TYPE_TEXT, is_unique=True, is_indexed=False).is_indexed
+    for kind in (md.FIELD_TYPE_BOOLEAN, md.FIELD_TYPE_MULTI_SELECT, md.FIELD_TYPE_RAW_JSON):
+        with pytest.raises(InvalidArgument) as caught:
+            create("flag", kind, is_indexed=True)
+        assert caught.value.field == "isIndexed"
+    fields = {f.name: f for f in person.fields}
+    for name in ("company", "firstName"):  # a many-to-one relation, the label field
+        with pytest.raises(InvalidArgument) as caught:
+            definitions.apply_field_update(
+                d, md.UpdateFieldRequest(id=fields[name].id, is_indexed=False)
+            )
+        assert caught.value.field == "isIndexed"
+    (city,) = definitions.apply_field_update(
+        d, md.UpdateFieldRequest(id=fields["city"].id, is_indexed=True)
+    )
+    assert city.is_indexed
+    relabelled = definitions.apply_object_update(
+        d, md.UpdateObjectRequest(id=person.id, label_identifier_field="jobTitle")
+    )
+    label = definitions.indexed_label(relabelled)
+    assert label is not None
+    assert label.name == "jobTitle"
+    assert label.is_indexed
+    assert definitions.indexed_label(person) is None
+    company = d.by_id[object_id(d, "company")]
+    flagged = definitions.apply_object_update(
+        d, md.UpdateObjectRequest(id=company.id, label_identifier_field="idealCustomerProfile")
+    )
+    assert definitions.indexed_label(flagged) is None  # a boolean label: no btree to build

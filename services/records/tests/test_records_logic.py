@@ -38,6 +38,7 @@ def schema(*, company_name: str = "company", extra: list[md.FieldMetadata] | Non
     )  # fmt: skip
     person = md.ObjectMetadata(
         id=person_id, name_singular="person", name_plural="people", is_active=True,
+        label_identifier_field="firstName",
         fields=[
             md.FieldMetadata(id="bbbbbbbb-0000-4000-8000-000000000002", name="firstName",
                              type=md.FIELD_TYPE_TEXT, is_active=True, is_nullable=True),
@@ -204,8 +205,10 @@ def test_filter_compiles_to_bound_parameters() -> None:
 
 def test_unbounded_text_gets_a_prefix_btree_and_a_unique_index_over_md5() -> None:
     code = field("code", md.FIELD_TYPE_TEXT)
-    code.is_unique = True
-    model = WorkspaceModel.from_proto(schema(extra=[code]))
+    code.is_unique = code.is_indexed = True
+    proto = schema(extra=[code])
+    proto.objects[0].fields[1].is_indexed = True  # salary
+    model = WorkspaceModel.from_proto(proto)
     text = "\n".join(ddl.plan(model.schema, ddl.Catalog(), model))
     assert '(left("firstName", 256), "id")' in text
     assert '(left("code", 256), "id")' in text
@@ -247,12 +250,64 @@ def test_raw_json_depth_is_checked_without_recursion() -> None:
     assert values.check_json(shallow, "profile") == shallow
 
 
-def test_trigram_indexes_follow_where_pg_trgm_is_installed() -> None:
-    model = WorkspaceModel.from_proto(schema(extra=[field("mail", md.FIELD_TYPE_EMAIL)]))
-    default = "\n".join(ddl.plan(model.schema, ddl.Catalog(), model))
-    assert '"records".gin_trgm_ops' in default
-    elsewhere = "\n".join(ddl.plan(model.schema, ddl.Catalog(trigram_schema="public"), model))
-    assert '"public".gin_trgm_ops' in elsewhere
-    assert '"records".gin_trgm_ops' not in elsewhere
-    missing = "\n".join(ddl.plan(model.schema, ddl.Catalog(trigram_schema=""), model))
-    assert "gin_trgm_ops" not in missing
+def test_btrees_follow_the_indexed_flag_and_no_field_gets_a_trigram_gin() -> None:
+    mail, notes = field("mail", md.FIELD_TYPE_EMAIL), field("notes", md.FIELD_TYPE_TEXT)
+    flag = field("flag", md.FIELD_TYPE_BOOLEAN)
+    mail.is_indexed = flag.is_indexed = True
+    model = WorkspaceModel.from_proto(schema(extra=[mail, notes, flag]))
+    person = model.objects["aaaaaaaa-0000-4000-8000-000000000002"]
+    text = "\n".join(ddl.plan(model.schema, ddl.Catalog(), model))
+    assert "USING gin" not in text
+    assert '(left("mail", 256), "id")' in text
+    assert '(left("firstName", 256), "id")' in text  # the label field, whatever its flag
+    assert '("companyId", "id")' in text  # a many-to-one relation, whatever its flag
+    assert '"notes"' not in text.split("CREATE INDEX", 1)[1]
+    assert '"flag", "id"' not in text  # a btree on a boolean does not pay
+    catalog = ddl.Catalog()
+    ddl.plan(model.schema, catalog, model)
+    catalog.exists = True
+    earlier = [ddl.index_name(prefix, person.id, mail.id) for prefix in ("tg", "ix")]
+    earlier.append(ddl.index_name("tx", person.id, notes.id))
+    catalog.indexes.update(earlier)
+    assert sorted(ddl.plan(model.schema, catalog, model)) == sorted(
+        f'DROP INDEX IF EXISTS "{model.schema}"."{name}"' for name in earlier
+    )
+
+
+def test_fragment_filters_on_searchable_fields_are_prefiltered_by_the_search_column() -> None:
+    notes = field("notes", md.FIELD_TYPE_TEXT)
+    proto = schema(extra=[notes])
+    proto.objects[0].fields[0].is_searchable = True  # firstName
+    model = WorkspaceModel.from_proto(proto)
+    obj = model.object("person")
+    assert obj is not None
+
+    def compiled(
+        name: str, operator: common_pb2.FilterOperator, value: str
+    ) -> tuple[str, list[object]]:
+        params = Params()
+        node = common_pb2.Filter(
+            condition=common_pb2.Condition(
+                field=name, operator=operator, value_json=orjson.dumps(value)
+            )
+        )
+        access = Access(False, "")
+        return PredicateCompiler(model, params, lambda _: access).compile(node, obj, "t"), [
+            *params.values
+        ]
+
+    sql, values_ = compiled("firstName", common_pb2.FILTER_OPERATOR_CONTAINS, "50%_x" + "y" * 300)
+    assert sql.startswith('(t."_search_')
+    assert " LIKE '%' || replace(" in sql
+    assert "records.search_fold($1::text)" in sql
+    assert '"firstName" ILIKE $2::text' in sql
+    assert values_ == ["50%_x" + "y" * 251, "%50\\%\\_x" + "y" * 300 + "%"]
+    short, _ = compiled("firstName", common_pb2.FILTER_OPERATOR_STARTS_WITH, "ab")
+    assert short == '(t."firstName" LIKE $1::text)'
+    unsearchable, _ = compiled("notes", common_pb2.FILTER_OPERATOR_ENDS_WITH, "abc")
+    assert unsearchable == '(t."notes" LIKE $1::text)'
+    # A character unaccent folds apart from its other case: ILIKE may match the other form.
+    excepted, _ = compiled("firstName", common_pb2.FILTER_OPERATOR_CONTAINS, "x\u01a6y")
+    assert excepted == '(t."firstName" ILIKE $1::text)'
+    cased, _ = compiled("firstName", common_pb2.FILTER_OPERATOR_STARTS_WITH, "x\u01a6y")
+    assert cased.startswith('(t."_search_')

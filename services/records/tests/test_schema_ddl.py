@@ -4,7 +4,8 @@
 for the scenarios below: every field type, unique and not, fresh and migrated. The compiled
 statements must match them once spelling is normalised (quoting, case, whitespace, type
 aliases, where the primary key and NOT NULL are written), so names, types, indexes and
-constraints are unchanged.
+constraints are unchanged (less the per-field trigram GIN indexes, which the planner no longer
+makes: #27 item 4).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def _fields(unique_parity: int, prefix: str = "f") -> list[md.FieldMetadata]:
             is_active=True,
             is_nullable=True,
             is_unique=index % 2 == unique_parity,
+            is_indexed=True,
         )
         for index, value in enumerate(FIELD_TYPES)
     ]
@@ -61,7 +63,8 @@ def model(*, unique_parity: int = 0, prefix: str = "f", company: str = "company"
     other = md.ObjectMetadata(
         id=COMPANY, name_singular=company, name_plural=company + "s", is_active=True,
         fields=[md.FieldMetadata(id="bbbbbbbb-0000-4000-8000-000000000004", name="name",
-                                 type=md.FIELD_TYPE_TEXT, is_active=True, is_nullable=False)],
+                                 type=md.FIELD_TYPE_TEXT, is_active=True, is_nullable=False,
+                                 is_indexed=True)],
     )  # fmt: skip
     return WorkspaceModel.from_proto(
         md.WorkspaceSchema(workspace_id=WS, version=1, objects=[person, other])
@@ -122,7 +125,7 @@ def test_every_field_type_and_index_shape_is_covered() -> None:
         assert f" {sql_type}" in text
     for shape in ("TIMESTAMP WITH TIME ZONE", "TEXT[]", "ADD COLUMN", "DROP INDEX IF EXISTS"):
         assert shape in text
-    for shape in ("(left(", "USING gin", "gin_trgm_ops", "(md5(", "FOREIGN KEY"):
+    for shape in ("(left(", "(md5(", "FOREIGN KEY"):
         assert shape in text
 
 

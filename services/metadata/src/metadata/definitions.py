@@ -19,7 +19,7 @@ import orjson
 from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.errors import InvalidArgument, NotFound
 from metadata import names
-from metadata.standard import SEARCHABLE_TYPES, relation_pair, system_fields
+from metadata.standard import INDEXABLE_TYPES, SEARCHABLE_TYPES, relation_pair, system_fields
 
 T = md
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -120,6 +120,7 @@ def new_object(defs: Definitions, request: md.CreateObjectRequest) -> md.ObjectM
             is_custom=False,
             is_active=True,
             is_searchable=True,
+            is_indexed=True,  # the label field
         )
     )
     return item
@@ -170,6 +171,18 @@ def apply_object_update(defs: Definitions, request: md.UpdateObjectRequest) -> m
             )
         changed.label_identifier_field = request.label_identifier_field
     return changed
+
+
+def indexed_label(item: md.ObjectMetadata) -> md.FieldMetadata | None:
+    """The object's label field with `is_indexed` set, when it was not (a label field always has
+    its btree: lists are sorted and searched by it); None when nothing changes."""
+    for entry in item.fields:
+        if entry.name == item.label_identifier_field and not entry.is_indexed and indexable(entry):
+            changed = md.FieldMetadata()
+            changed.CopyFrom(entry)
+            changed.is_indexed = True
+            return changed
+    return None
 
 
 # -- fields ---------------------------------------------------------------------------------------
@@ -306,6 +319,42 @@ def check_searchable(field_type: int, requested: bool | None) -> bool:
     return requested
 
 
+def _many_to_one(item: md.FieldMetadata) -> bool:
+    return item.type == T.FIELD_TYPE_RELATION and (
+        item.relation.kind in (T.RELATION_KIND_MANY_TO_ONE, T.RELATION_KIND_UNSPECIFIED)
+    )
+
+
+def indexable(item: md.FieldMetadata) -> bool:
+    """A btree serves the field's filters and sorts (not BOOLEAN, MULTI_SELECT, RAW_JSON, nor a
+    one-to-many relation, which has no column)."""
+    if item.type == T.FIELD_TYPE_RELATION:
+        return _many_to_one(item)
+    return item.type in INDEXABLE_TYPES
+
+
+def check_indexed(owner: md.ObjectMetadata, item: md.FieldMetadata, requested: bool | None) -> bool:
+    """Whether `item` gets a btree (docs/data-model.md, "Indexes"): as asked, else when it is a
+    many-to-one relation or unique. Many-to-one relations and the label field always are."""
+    if requested is None:
+        return _many_to_one(item) or item.is_unique
+    if not requested:
+        if _many_to_one(item):
+            raise InvalidArgument(
+                "many-to-one relations are always indexed (their foreign key)", field="isIndexed"
+            )
+        if item.name == owner.label_identifier_field and indexable(item):
+            raise InvalidArgument(
+                "the object's label identifier field is always indexed", field="isIndexed"
+            )
+    elif not indexable(item):
+        raise InvalidArgument(
+            "BOOLEAN, MULTI_SELECT, RAW_JSON and one-to-many relation fields cannot be indexed",
+            field="isIndexed",
+        )
+    return requested
+
+
 def new_fields(
     defs: Definitions, request: md.CreateFieldRequest
 ) -> tuple[md.FieldMetadata, list[md.FieldMetadata]]:
@@ -349,6 +398,9 @@ def new_fields(
         T.FIELD_TYPE_BOOLEAN,
     ):
         raise InvalidArgument("this field type cannot be unique", field="isUnique")
+    item.is_indexed = check_indexed(
+        owner, item, request.is_indexed if request.HasField("is_indexed") else None
+    )
     item.default_value_json = check_default(item, request.default_value_json)
     return item, [item]
 
@@ -396,6 +448,8 @@ def _new_relation(
     created, inverse_field = (many, one) if many_to_one else (one, many)
     created.description = request.description
     created.icon = request.icon
+    if request.HasField("is_indexed"):
+        check_indexed(owner, created, request.is_indexed)
     check_field_name(owner, created, "name")
     if holder.id == other.id and many_name == one_name:
         raise InvalidArgument(
@@ -439,6 +493,8 @@ def apply_field_update(defs: Definitions, request: md.UpdateFieldRequest) -> lis
         changed.is_nullable = request.is_nullable
     if request.HasField("is_searchable"):
         changed.is_searchable = check_searchable(item.type, request.is_searchable)
+    if request.HasField("is_indexed"):
+        changed.is_indexed = check_indexed(owner, item, request.is_indexed)
     if request.options or request.replace_options:
         merged = list(request.options)
         if not request.replace_options:

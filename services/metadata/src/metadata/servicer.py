@@ -167,6 +167,9 @@ class MetadataServicer(metadata_pb2_grpc.MetadataServiceServicer):
         async def update(connection: Any, defs: Definitions) -> None:
             changed = definitions.apply_object_update(defs, request)
             await store.update_object(connection, changed)
+            label = definitions.indexed_label(changed)
+            if label is not None:
+                await store.update_field(connection, label)
 
         await self._changes.run(principal.workspace_id, update)
         return await self._object(principal.workspace_id, request.id)

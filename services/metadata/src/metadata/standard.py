@@ -63,6 +63,25 @@ STANDARD_SEARCHABLE = frozenset(
     }
 )  # fmt: skip
 
+# Field types a btree can serve (sort, ranges, equality), and the standard fields that have one
+# besides what is always indexed (system keys, many-to-one relations, the label field): what lists
+# of that object are usually sorted and filtered by (docs/data-model.md, "Indexes").
+INDEXABLE_TYPES = frozenset(
+    {
+        T.FIELD_TYPE_UUID, T.FIELD_TYPE_TEXT, T.FIELD_TYPE_NUMBER, T.FIELD_TYPE_DATE,
+        T.FIELD_TYPE_DATE_TIME, T.FIELD_TYPE_SELECT, T.FIELD_TYPE_EMAIL, T.FIELD_TYPE_PHONE,
+        T.FIELD_TYPE_LINK, T.FIELD_TYPE_CURRENCY, T.FIELD_TYPE_RELATION,
+    }
+)  # fmt: skip
+STANDARD_INDEXED = frozenset(
+    {
+        ("person", "lastName"), ("person", "email"), ("company", "website"),
+        ("opportunity", "amount"), ("opportunity", "stage"), ("opportunity", "closeDate"),
+        ("activity", "type"), ("activity", "dueAt"), ("task", "dueAt"), ("task", "status"),
+    }
+)  # fmt: skip
+INDEXED_SYSTEM_FIELDS = frozenset({"id", "ownerId", "createdAt", "updatedAt"})
+
 OPPORTUNITY_STAGES = ("PROSPECTING", "QUALIFIED", "PROPOSAL", "NEGOTIATION", "WON", "LOST")
 
 STANDARD_OBJECTS = (
@@ -168,6 +187,7 @@ def system_fields(workspace_id: str, object_id: str) -> list[md.FieldMetadata]:
             is_custom=False,
             is_active=True,
             is_system=True,
+            is_indexed=name in INDEXED_SYSTEM_FIELDS,
         )
         for name in SYSTEM_FIELD_NAMES
     ]
@@ -200,6 +220,7 @@ def relation_pair(
         is_nullable=True,
         is_custom=custom,
         is_active=True,
+        is_indexed=True,  # its foreign key: related lists, nested filters, ON DELETE
         relation=md.RelationSettings(
             kind=T.RELATION_KIND_MANY_TO_ONE,
             target_object_metadata_id=target.id,
@@ -263,6 +284,8 @@ def standard_objects(workspace_id: str) -> list[md.ObjectMetadata]:
                     is_custom=False,
                     is_active=True,
                     is_searchable=(spec.singular, field.name) in STANDARD_SEARCHABLE,
+                    is_indexed=field.name == spec.identifier
+                    or (spec.singular, field.name) in STANDARD_INDEXED,
                     options=[
                         md.SelectOption(value=value, label=humanize(value.lower()), position=i)
                         for i, value in enumerate(field.options)

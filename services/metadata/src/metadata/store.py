@@ -18,7 +18,7 @@ _OBJECT_COLUMNS = (
 _FIELD_COLUMNS = (
     "id, object_id, position, name, label, type, description, icon, is_nullable, default_value, "
     "is_custom, is_active, is_system, is_unique, options, relation, created_at, updated_at, "
-    "is_searchable"
+    "is_searchable, is_indexed"
 )
 
 
@@ -87,6 +87,7 @@ def _field(row: Any, names: dict[str, str]) -> md.FieldMetadata:
         is_system=row["is_system"],
         is_unique=row["is_unique"],
         is_searchable=row["is_searchable"],
+        is_indexed=row["is_indexed"],
         options=[md.SelectOption(**option) for option in row["options"] or []],
         created_at=_timestamp(row["created_at"]),
         updated_at=_timestamp(row["updated_at"]),
@@ -182,8 +183,8 @@ async def insert_fields(connection: Any, workspace_id: str, fields: list[md.Fiel
     await connection.executemany(
         "INSERT INTO metadata.fields (id, workspace_id, object_id, name, label, type, description, "
         "icon, is_nullable, default_value, is_custom, is_active, is_system, is_unique, options, "
-        "relation, is_searchable) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+        "relation, is_searchable, is_indexed) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
         [
             (
                 field.id,
@@ -203,6 +204,7 @@ async def insert_fields(connection: Any, workspace_id: str, fields: list[md.Fiel
                 _options(field),
                 _relation_json(field),
                 field.is_searchable,
+                field.is_indexed,
             )
             for field in fields
         ],
@@ -230,7 +232,7 @@ async def update_field(connection: Any, field: md.FieldMetadata) -> None:
     await connection.execute(
         "UPDATE metadata.fields SET name = $2, label = $3, description = $4, icon = $5, "
         "is_nullable = $6, default_value = $7, is_active = $8, is_unique = $9, options = $10, "
-        "relation = $11, is_searchable = $12, updated_at = now() WHERE id = $1",
+        "relation = $11, is_searchable = $12, is_indexed = $13, updated_at = now() WHERE id = $1",
         field.id,
         field.name,
         field.label,
@@ -243,4 +245,5 @@ async def update_field(connection: Any, field: md.FieldMetadata) -> None:
         _options(field),
         _relation_json(field),
         field.is_searchable,
+        field.is_indexed,
     )

@@ -34,9 +34,6 @@ _CATALOG_TYPES = {
 
 _SYSTEM_NAMES = frozenset(schema_ddl.SYSTEM_COLUMNS)
 _INDEXED_SYSTEM = ("ownerId", "createdAt", "updatedAt")
-# pg_trgm is installed in the records service's own schema (migration 0005), unless the database
-# had it already elsewhere: the catalog read names the schema it is in.
-TRIGRAM_SCHEMA = "records"
 
 
 @dataclass
@@ -61,7 +58,6 @@ class Catalog:
     tables: dict[str, CatalogTable] = field(default_factory=dict)
     indexes: set[str] = field(default_factory=set)
     constraints: set[str] = field(default_factory=set)
-    trigram_schema: str = TRIGRAM_SCHEMA  # where pg_trgm is; "" when it is not installed
 
 
 async def read_catalog(connection: Any, schema: str) -> Catalog:
@@ -72,11 +68,7 @@ async def read_catalog(connection: Any, schema: str) -> Catalog:
     `conrelid`): the cost follows this workspace's size, not the number of tenants.
     """
     namespace = await connection.fetchval("SELECT oid FROM pg_namespace WHERE nspname = $1", schema)
-    trigram_schema = await connection.fetchval(
-        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
-        "WHERE e.extname = 'pg_trgm'"
-    )
-    catalog = Catalog(exists=namespace is not None, trigram_schema=trigram_schema or "")
+    catalog = Catalog(exists=namespace is not None)
     if namespace is None:
         return catalog
     relations = [
@@ -257,18 +249,16 @@ class _Planner:
         table: str,
         columns: tuple[str, ...],
         *,
-        method: str = "",
         md5: bool = False,
         key_chars: int = 0,
-        opclass: str = "",
     ) -> None:
         if name in self.catalog.indexes:
             return
         unique = name.startswith("uq_")
         self.statements.append(
             schema_ddl.create_index(
-                self.schema, table, name, columns, unique=unique, method=method, md5=md5,
-                key_chars=key_chars, opclass=opclass, live_only=unique,
+                self.schema, table, name, columns, unique=unique, md5=md5,
+                key_chars=key_chars, live_only=unique,
             )
         )  # fmt: skip
         self.catalog.indexes.add(name)
@@ -287,22 +277,21 @@ class _Planner:
             if entry.is_system or not entry.columns:
                 continue
             column = entry.columns[0].name
-            long_text = entry.type in UNBOUNDED_TEXT_TYPES
             plain, keyed = index_name("ix", item.id, entry.id), index_name("tx", item.id, entry.id)
             self._drop_index(index_name("hx", item.id, entry.id))
-            if long_text:
-                # A b-tree row holds at most ~2.7 kB, text up to 65,536 characters: the index
-                # holds the value's first characters, which sort, page and find equal values.
-                self._drop_index(plain)
-                self._create_index(keyed, table, (column, "id"), key_chars=TEXT_KEY_CHARS)
-            elif _indexed(entry):
-                self._create_index(plain, table, (column, "id"))
-            trigram = index_name("tg", item.id, entry.id)
-            if trigram_indexed(item, entry) and self.catalog.trigram_schema:
-                opclass = f"{quote(self.catalog.trigram_schema)}.gin_trgm_ops"
-                self._create_index(trigram, table, (column,), method="gin", opclass=opclass)
+            # Per-field trigram GINs of earlier versions: fragment filters on searchable fields
+            # are prefiltered by the object's search column GIN (records.predicates).
+            self._drop_index(index_name("tg", item.id, entry.id))
+            # A b-tree row holds at most ~2.7 kB, text up to 65,536 characters: the index of long
+            # text holds the value's first characters, which sort, page and find equal values.
+            long_text = entry.type in UNBOUNDED_TEXT_TYPES
+            btree, other = (keyed, plain) if long_text else (plain, keyed)
+            self._drop_index(other)
+            if btree_indexed(item, entry):
+                key_chars = TEXT_KEY_CHARS if long_text else 0
+                self._create_index(btree, table, (column, "id"), key_chars=key_chars)
             else:
-                self._drop_index(trigram)
+                self._drop_index(btree)
             unique_name = unique_index_name(item.id, entry)
             if unique_over_md5(entry):
                 self._drop_index(index_name("uq", item.id, entry.id))
@@ -347,15 +336,6 @@ def unique_index_name(object_id: str, entry: FieldModel) -> str:
     return index_name("uq", object_id, entry.id)
 
 
-def trigram_indexed(item: ObjectModel, entry: FieldModel) -> bool:
-    """Text searched by fragment (`contains`, `startsWith`, `endsWith`): the object's label field
-    (what names a record) and emails. Other text scans: a GIN entry per trigram is costly to
-    write."""
-    if entry.type not in UNBOUNDED_TEXT_TYPES or not entry.is_active:
-        return False
-    return entry.type == md.FIELD_TYPE_EMAIL or entry.name == item.label_identifier
-
-
 def has_unique_index(entry: FieldModel) -> bool:
     return entry.is_unique and entry.type != md.FIELD_TYPE_CURRENCY and bool(entry.columns)
 
@@ -368,12 +348,16 @@ def unique_conflict_target(entry: FieldModel) -> str:
     return f'({expression}) WHERE "deletedAt" IS NULL'
 
 
-def _indexed(entry: FieldModel) -> bool:
-    """Relations and sortable fields get a (column, id) btree index; booleans do not."""
+def btree_indexed(item: ObjectModel, entry: FieldModel) -> bool:
+    """Whether `entry` has its (column, id) btree (docs/data-model.md, "Indexes"): many-to-one
+    relations and the object's label field always, other fields when marked `isIndexed`; only
+    types a btree serves (not BOOLEAN, MULTI_SELECT, RAW_JSON)."""
     if entry.is_many_to_one:
         return True
+    if not (entry.is_indexed or entry.name == item.label_identifier):
+        return False
     if entry.type == md.FIELD_TYPE_CURRENCY:
-        return True
+        return True  # on the amount
     return entry.type in SORTABLE_TYPES and entry.type != md.FIELD_TYPE_BOOLEAN
 
 

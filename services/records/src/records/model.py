@@ -116,6 +116,7 @@ class FieldModel:
     is_nullable: bool = True
     is_unique: bool = False
     is_searchable: bool = False
+    is_indexed: bool = False
     options: frozenset[str] = frozenset()
     default: Any = MISSING
     relation_kind: int = md.RELATION_KIND_UNSPECIFIED
@@ -327,6 +328,7 @@ def _field_from_proto(proto: md.FieldMetadata, target_active: bool) -> FieldMode
         is_nullable=proto.is_nullable,
         is_unique=proto.is_unique,
         is_searchable=proto.is_searchable,
+        is_indexed=proto.is_indexed,
         options=frozenset(option.value for option in proto.options),
         default=default,
         relation_kind=relation_kind,

@@ -17,7 +17,7 @@ from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.authz import Access
 from crmkit.filters import OPERATOR_NAMES
-from records import values
+from records import search_ddl, values
 from records.model import (
     SORTABLE_TYPES,
     TEXT_KEY_CHARS,
@@ -53,6 +53,24 @@ ARRAY_CASTS: dict[int, str] = {
     md.FIELD_TYPE_DATE: "text[]::date[]",
     md.FIELD_TYPE_DATE_TIME: "text[]::timestamptz[]",
 }
+_FRAGMENTS = frozenset({Op.FILTER_OPERATOR_CONTAINS, Op.FILTER_OPERATOR_STARTS_WITH,
+                        Op.FILTER_OPERATOR_ENDS_WITH})  # fmt: skip
+# A fragment of fewer characters has no trigram to look up (the GIN would read all of itself);
+# a longer one is looked up by its first PREFILTER_CHARS (folded): fewer trigrams to intersect,
+# and still a necessary condition (a part of the value is in the text if the value is).
+PREFILTER_MIN_CHARS = 3
+PREFILTER_CHARS = 256
+# Characters whose upper and lower case unaccent folds apart (its rules map one form and not the
+# other: U+0280 to R, U+01A6 unchanged): `contains` (ILIKE) matches a character against either form
+# of the text's, so a value holding one gets no prefilter. tests/integration/test_records_indexes
+# checks that the database's unaccent and lower fold no other character apart.
+FOLD_CASE_EXCEPTIONS = frozenset(
+    map(chr, (0x196, 0x269, 0x1A6, 0x280, 0x1F6, 0x195, 0x220, 0x19E, 0x3F9, 0x3F2, 0xA7AC,
+              0x261, 0xA7AD, 0x26C, 0xA7AE, 0x26A, 0xA7B2, 0x29D, 0xA7C5, 0x282, 0xA7C6, 0x1D8E))
+)  # fmt: skip
+# LIKE's wildcards and escape character in the folded value, escaped in SQL after folding:
+# unaccent turns the fullwidth forms U+FF05, U+FF3F and U+FF3C into %, _ and \.
+_LIKE_ESCAPED = r"replace(replace(replace({}, '\', '\\'), '%', '\%'), '_', '\_')"
 _COMPARISONS = {Op.FILTER_OPERATOR_GT: ">", Op.FILTER_OPERATOR_GTE: ">=",
                 Op.FILTER_OPERATOR_LT: "<", Op.FILTER_OPERATOR_LTE: "<="}  # fmt: skip
 MAX_DEPTH = 32
@@ -87,6 +105,7 @@ class Target:
     item: FieldModel | None
     path: str
     prefixed: bool = False  # long text: its b-tree index holds text_key(column), not the column
+    search: str = ""  # the object's search column, when the field is in it (fragment filters)
 
 
 def references_field(node: common_pb2.Filter, name: str) -> bool:
@@ -169,7 +188,10 @@ class PredicateCompiler:
         kind = md.FIELD_TYPE_UUID if item.is_many_to_one else item.type
         prefixed = kind in UNBOUNDED_TEXT_TYPES
         column = f"{alias}.{quote(item.column)}"
-        return self._compare(condition, Target(column, kind, item, path, prefixed))
+        search = ""
+        if condition.operator in _FRAGMENTS:
+            search = search_column(obj, item, alias)
+        return self._compare(condition, Target(column, kind, item, path, prefixed, search))
 
     def _nested(
         self,
@@ -244,11 +266,31 @@ class PredicateCompiler:
         if target.kind not in TEXT_TYPES:
             raise values.fail(target.path, f"{name} applies to text fields only")
         text = values.parse_string(raw, target.path, lenient=True)
+        prefilter = self._prefilter(target, text, any_case=op == Op.FILTER_OPERATOR_CONTAINS)
         if op == Op.FILTER_OPERATOR_CONTAINS:
-            return f"({column} ILIKE {self.params.add(like_pattern(text, True, True), 'text')})"
-        prefix = op == Op.FILTER_OPERATOR_ENDS_WITH
-        pattern = like_pattern(text, prefix, not prefix)
-        return f"({column} LIKE {self.params.add(pattern, 'text')})"
+            pattern, operator = like_pattern(text, True, True), "ILIKE"
+        else:
+            prefix = op == Op.FILTER_OPERATOR_ENDS_WITH
+            pattern, operator = like_pattern(text, prefix, not prefix), "LIKE"
+        exact = f"{column} {operator} {self.params.add(pattern, 'text')}"
+        return f"({prefilter} AND {exact})" if prefilter else f"({exact})"
+
+    def _prefilter(self, target: Target, text: str, *, any_case: bool) -> str:
+        """`<search column> LIKE '%<folded value>%'`, which the object's search GIN serves: true
+        of every row the exact condition matches (the column is the folded text of the
+        searchable fields joined by spaces; folding maps each character on its own and, but for
+        FOLD_CASE_EXCEPTIONS, folds a character as it folds its lower case), so the exact
+        condition beside it stays the recheck. Empty when the field is not in the search column,
+        the value is too short to look up, or (`any_case`) holds an exception."""
+        if not target.search or len(text) < PREFILTER_MIN_CHARS:
+            return ""
+        part = text[:PREFILTER_CHARS]
+        if any_case and any(c in FOLD_CASE_EXCEPTIONS or c.lower() in FOLD_CASE_EXCEPTIONS
+                            for c in part):  # fmt: skip
+            return ""
+        value = self.params.add(part, "text")
+        folded = f"left({search_ddl.FOLD}({value}), {PREFILTER_CHARS})"
+        return f"{target.search} LIKE '%' || {_LIKE_ESCAPED.format(folded)} || '%'"
 
     def _in(self, target: Target, raw: Any, name: str) -> str:
         if isinstance(raw, str) and target.kind != md.FIELD_TYPE_RAW_JSON:
@@ -286,6 +328,14 @@ class PredicateCompiler:
         if target.kind == md.FIELD_TYPE_MULTI_SELECT:
             return self.params.add(value if isinstance(value, list) else [value], "text[]")
         return self.params.add(value, CASTS[target.kind])
+
+
+def search_column(obj: ObjectModel, item: FieldModel, alias: str) -> str:
+    """`alias.<search column>` of `obj` when `item` is one of its searchable fields, else ""."""
+    fields = search_ddl.searchable_fields(obj)
+    if item not in fields:
+        return ""
+    return f"{alias}.{quote(search_ddl.column_name(fields))}"
 
 
 def _load(value_json: bytes, path: str) -> Any:

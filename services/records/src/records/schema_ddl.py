@@ -131,16 +131,14 @@ def create_index(
     columns: tuple[str, ...],
     *,
     unique: bool = False,
-    method: str = "",
     md5: bool = False,
     key_chars: int = 0,
-    opclass: str = "",
     live_only: bool = False,
 ) -> str:
     """CREATE [UNIQUE] INDEX IF NOT EXISTS over columns, optionally partial.
 
     `md5`: over md5 of each column; `key_chars`: the first column's leading characters only
-    (`left(column, n)`); `opclass`: the operator class of every column (e.g. trigram GIN).
+    (`left(column, n)`).
     """
     handle = table(schema, table_name, *columns)
     expressions: list[sa.ColumnElement[Any]] = [handle.c[column] for column in columns]
@@ -149,10 +147,6 @@ def create_index(
     if key_chars:
         expressions[0] = sa.func.left(expressions[0], sa.literal_column(str(int(key_chars))))
     options: dict[str, Any] = {}
-    if method:
-        options["postgresql_using"] = method
-    if opclass:
-        options["postgresql_ops"] = dict.fromkeys(columns, opclass)
     if live_only:
         handle.append_column(sa.Column(name("deletedAt")))
         options["postgresql_where"] = handle.c.deletedAt.is_(None)

@@ -44,6 +44,38 @@ def _insert_columns(obj: ObjectModel) -> list[str]:
     return [column.name for item in obj.writable_fields for column in item.columns]
 
 
+def create_statement(
+    principal: common_pb2.Principal,
+    obj: ObjectModel,
+    rows: list[Prepared],
+    names: tuple[str, ...],
+    *,
+    events: bool = True,
+) -> tuple[str, Params]:
+    """The statement `create` runs: the INSERT of `rows` with its outbox and history CTEs
+    (bench/index_cost.py measures this very statement)."""
+    columns = _insert_columns(obj)
+    params = Params()
+    payload = params.add([row.columns for row in rows], "json")
+    column_list = ", ".join(quote(c) for c in columns)
+    shown = obj.json_expression("t", names) if names else "NULL::json"
+    sql = (
+        f'WITH ins AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
+        f"SELECT {column_list}, {NOW}, {NOW} "
+        f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
+        f"RETURNING t.id, {obj.json_expression('t')} AS after, NULL::json AS before, "
+        f"{shown} AS shown), "
+        + outbox.outbox_cte(
+            "ob", "ins", obj, principal, params, action=outbox.CREATED, cause=outbox.WRITE,
+            events=events,
+        )
+        + ", "
+        + history.history_cte("hi", "ins", obj, principal, params, action=history.CREATED)
+        + " SELECT s.id::text, coalesce(s.shown, s.after)::text FROM ins s"
+    )  # fmt: skip
+    return sql, params
+
+
 async def create(
     connection: Any,
     ctx: RequestContext,
@@ -58,25 +90,7 @@ async def create(
     if not rows:
         return []
     await links.require_readable_targets(connection, ctx, obj, rows)
-    columns = _insert_columns(obj)
-    params = Params()
-    payload = params.add([row.columns for row in rows], "json")
-    column_list = ", ".join(quote(c) for c in columns)
-    shown = obj.json_expression("t", names) if names else "NULL::json"
-    sql = (
-        f'WITH ins AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
-        f"SELECT {column_list}, {NOW}, {NOW} "
-        f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
-        f"RETURNING t.id, {obj.json_expression('t')} AS after, NULL::json AS before, "
-        f"{shown} AS shown), "
-        + outbox.outbox_cte(
-            "ob", "ins", obj, ctx.principal, params, action=outbox.CREATED, cause=outbox.WRITE,
-            events=events,
-        )
-        + ", "
-        + history.history_cte("hi", "ins", obj, ctx.principal, params, action=history.CREATED)
-        + " SELECT s.id::text, coalesce(s.shown, s.after)::text FROM ins s"
-    )  # fmt: skip
+    sql, params = create_statement(ctx.principal, obj, rows, names, events=events)
     found = await _run(connection, sql, params, obj, rows)
     by_id = {row[0]: row[1] for row in found}
     return [Written(row.columns["id"], by_id[row.columns["id"]], []) for row in rows]

@@ -71,6 +71,7 @@ class FieldMetadataType:
     isSystem: bool  # noqa: N815
     isUnique: bool  # noqa: N815
     isSearchable: bool  # noqa: N815  (matched by `search`)
+    isIndexed: bool  # noqa: N815  (has a btree: sorts and filters on it do not scan)
     options: list[SelectOption]
     relation: RelationSettings | None
     createdAt: dt.datetime | None  # noqa: N815
@@ -201,6 +202,11 @@ class CreateFieldInput:
         default=UNSET,
         description="matched by `search`; default true for TEXT, EMAIL, PHONE and LINK fields",
     )
+    is_indexed: bool | None = strawberry.field(
+        default=UNSET,
+        description="has an index for sorting and filtering; default true for many-to-one "
+        "relations and unique fields",
+    )
     default_value: JSON | None = UNSET
     options: list[SelectOptionInput] | None = UNSET
     relation: RelationSettingsInput | None = UNSET
@@ -216,6 +222,7 @@ class UpdateFieldInput:
     is_active: bool | None = UNSET
     is_nullable: bool | None = UNSET
     is_searchable: bool | None = UNSET
+    is_indexed: bool | None = UNSET
     default_value: JSON | None = strawberry.field(
         default=UNSET, description="null removes the default"
     )
@@ -263,6 +270,7 @@ def field_json(f: metadata_pb2.FieldMetadata) -> Any:
         "isSystem": f.is_system,
         "isUnique": f.is_unique,
         "isSearchable": f.is_searchable,
+        "isIndexed": f.is_indexed,
         "options": [
             {"value": o.value, "label": o.label, "color": o.color or None, "position": o.position}
             for o in f.options
@@ -451,6 +459,8 @@ async def _create_field(info: strawberry.Info, input: CreateFieldInput) -> Field
         request.is_nullable = bool(input.is_nullable)
     if _set(input.is_searchable):
         request.is_searchable = bool(input.is_searchable)
+    if _set(input.is_indexed):
+        request.is_indexed = bool(input.is_indexed)
     if _set(input.default_value):
         request.default_value_json = orjson.dumps(input.default_value)
     if isinstance(input.options, list):
@@ -473,6 +483,7 @@ async def _update_field(info: strawberry.Info, input: UpdateFieldInput) -> Field
         "is_active",
         "is_nullable",
         "is_searchable",
+        "is_indexed",
     ):
         value = getattr(input, name)
         if _set(value):
