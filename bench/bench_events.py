@@ -8,6 +8,9 @@ published everything and every JetStream consumer has taken and acknowledged it 
 webhook, until the receiver has every delivery), divided by the events. The relay's share is the
 records column; the consumers' are webhooks, workflows and gateway. CPU time hardly depends on
 what else the machine runs; the events/s column does (report it as measured under load).
+With RECORD_EVENTS_PUBLISH=interested (the default) the relay skips the events of the workspace
+nobody listens to (docs/events.md, "Who listens"): that row is the relay's cost of marking them,
+and the consumers' columns stay near zero.
 
     .venv/bin/python bench/bench_events.py            # starts a stack: 5,000 events per case
     .venv/bin/python bench/bench_events.py --smoke    # 500 per case
@@ -95,7 +98,8 @@ async def _case(
         p99_ms=consumers,
         notes="p50/p99: the consumers' CPU ms per event; "
         + ", ".join(f"{service} {cpu.get(service, 0.0):.3f}" for service in CONSUMERS)
-        + f"; relay (records) {cpu.get('records', 0.0):.3f} ms",
+        + f"; relay (records) {cpu.get('records', 0.0):.3f}, nats {cpu.get('nats', 0.0):.3f}, "
+        f"postgres {cpu.get('postgres', 0.0):.3f} ms",
         cpu_ms_per_request=cpu,
     )
 
