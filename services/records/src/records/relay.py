@@ -1,5 +1,7 @@
 """The outbox relay: publishes `records.outbox` rows to JetStream, in order per record, and marks
-them published.
+them published. Only the rows of workspaces somebody listens to are published
+(RECORD_EVENTS_PUBLISH=interested, `fetch_sql`, docs/events.md "Who listens"); the statement
+that reads a batch marks the others published without publishing them.
 
 Every records replica runs it; one is active at a time. The active relay holds a session-level
 Postgres advisory lock on its own connection; the others retry the lock every second, so when the
