@@ -92,6 +92,7 @@ class InterestHolder:
         self._listening_sql = listening_sql
         self._lock_class = f"{holder}.event_interest"
         self._cursor = ""
+        self._redeclare_cursor = ""
 
     async def declare(self, connection: Any, workspace_id: str) -> None:
         """Inside the transaction of a change that makes `workspace_id` listen: keeps sweeps of
@@ -140,8 +141,8 @@ class InterestHolder:
 
     async def run(self) -> None:
         """Forever: declares every workspace the service listens to (retrying until records
-        answers), marks the holder synced, then sweeps SWEEP_WORKSPACES workspaces with
-        interest every SWEEP_SECONDS."""
+        answers), marks the holder synced, then every SWEEP_SECONDS sweeps SWEEP_WORKSPACES
+        workspaces with interest and declares again SWEEP_WORKSPACES it listens to."""
         attempt = 0
         while True:
             try:
@@ -159,6 +160,7 @@ class InterestHolder:
             await asyncio.sleep(SWEEP_SECONDS)
             try:
                 await self.sweep_some(SWEEP_WORKSPACES)
+                await self.redeclare_some(SWEEP_WORKSPACES)
             except (ServiceError, asyncpg.PostgresError, OSError) as exc:
                 log.warning(
                     "event interest sweep failed", extra={"holder": self.holder, "error": repr(exc)}
@@ -199,6 +201,20 @@ class InterestHolder:
         for workspace_id in workspaces:
             released += await self.sweep(workspace_id)
         return released
+
+    async def redeclare_some(self, count: int) -> int:
+        """Declares again the next `count` workspaces the service listens to (round robin, one
+        call), so interest lost outside these rules comes back (a records database restored
+        from an older backup, a webhook saved by a replica of a version without interest);
+        returns how many."""
+        rows = await self._pool.fetch(
+            self._listening_sql, self._redeclare_cursor or SERVICE_WORKSPACE, count
+        )
+        workspaces = [str(row[0]) for row in rows]
+        self._redeclare_cursor = workspaces[-1] if len(workspaces) == count else ""
+        if workspaces:
+            await self._declare(workspaces, SERVICE_WORKSPACE)
+        return len(workspaces)
 
     async def _declare(
         self, workspaces: Sequence[str], principal_workspace: str, *, synced: bool = False
