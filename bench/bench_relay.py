@@ -1,6 +1,7 @@
 """The outbox relay's throughput: events/s from a backlog of outbox rows to JetStream.
 
-As a workload of `bench/run.py` (`--only relay`) the backlog is written straight into the stack's
+As a workload of `bench/run.py` (`--only relay`) the backlog of a workspace with interest (a
+lease: its events are published, not skipped) is written straight into the stack's
 `records.outbox` (one statement, rows shaped like a `POST /rest/batch/people`: a created event
 with its record, and an update with its replaced values) and the stack's own relay publishes it
 while the webhooks, workflows and gateway consumers read the stream: the relay in a loaded stack.
@@ -82,13 +83,25 @@ def _row(operation: str, count: int, seconds: float, notes: str = "") -> Result:
     )
 
 
+async def listened_workspace(connection: Any) -> str:
+    """A workspace somebody listens to (a lease, as a gateway with a subscription holds), so the
+    relay publishes its events rather than skipping them (docs/events.md, "Who listens")."""
+    workspace_id = str(uuid.uuid4())
+    await connection.execute(
+        "INSERT INTO records.event_interest (workspace_id, holder, expires_at) "
+        "VALUES ($1, 'gateway:bench', now() + interval '1 hour')",
+        workspace_id,
+    )
+    return workspace_id
+
+
 async def run(ctx: BenchContext) -> list[Result]:
     """The stack's relay publishing a backlog while the stack's consumers read the stream."""
     count = 2_000 if ctx.smoke else 20_000
     connection = await asyncpg.connect(ctx.database_url)
     try:
         await wait_drained(connection)
-        await write_backlog(connection, count)
+        await write_backlog(connection, count, await listened_workspace(connection))
         seconds = await wait_drained(connection)
     finally:
         await connection.close()

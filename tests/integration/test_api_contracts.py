@@ -13,7 +13,7 @@ import pytest
 
 from crmstack.stack import Stack
 from tests.integration.api_helpers import Api
-from tests.integration.events_client import read_stream
+from tests.integration.events_client import listen, read_stream
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +25,7 @@ def test_delete_and_restore_move_updated_at_and_their_events_carry_it(
     client: httpx.Client, local_stack: Stack
 ) -> None:
     api = Api.signup(client)
+    listen(local_stack, api.session.workspace_id)  # its events are published
     person = api.create("people", {"firstName": "Ada"})
     updated = api.ok("PATCH", f"/rest/people/{person['id']}", json={"city": "London"})["data"]
     deleted = api.ok("DELETE", f"/rest/people/{person['id']}")["data"]

@@ -22,22 +22,22 @@ from crmkit.messaging import previous_record_json
 from crmstack.ports import free_port, wait_for_port
 from crmstack.processes import ManagedProcess
 from crmstack.stack import Stack
-from tests.integration.events_client import metric, query, read_stream, wait_until
+from tests.integration.events_client import (
+    listen,
+    metric,
+    read_stream,
+    unpublished,
+    wait_until,
+)
 from tests.integration.records_client import Op, Workspace, cond, provision
 
 
 @pytest.fixture
 def ws(local_stack: Stack) -> Workspace:
-    return provision(local_stack)
-
-
-def unpublished(stack: Stack, workspace_id: str) -> int:
-    rows = query(
-        stack,
-        "SELECT count(*) AS n FROM records.outbox WHERE workspace_id = $1 AND published_at IS NULL",
-        workspace_id,
-    )
-    return int(rows[0]["n"])
+    """A workspace somebody listens to, so its events are published."""
+    workspace = provision(local_stack)
+    listen(local_stack, workspace.id)
+    return workspace
 
 
 def update(ws: Workspace, record_id: str, data: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ import pytest
 from crmstack.client import Session, signup
 from crmstack.stack import Stack
 from examples.webhook_receiver import Delivery, WebhookReceiver
+from tests.integration.events_client import listen
 from tests.integration.subscriptions_client import Socket, metric
 from tests.integration.webhooks_client import (
     deliverer_metric,
@@ -153,7 +154,9 @@ def test_a_webhook_created_after_events_gets_every_later_one_on_both_deliverers(
 ) -> None:
     with httpx.Client(base_url=gateways[0], timeout=30) as http:
         hooks = make_hooks(scaled_stack, http, receiver)
-        # Both deliverers take events of this workspace while it has no webhook (skipped).
+        # Both deliverers take events of this workspace while it has no webhook (skipped); they
+        # are published because a subscriber's lease listens there.
+        listen(scaled_stack, hooks.ws.id)
         before = skipped(scaled_stack)
         for number in range(10):
             create_person(gateways[number % 2], hooks.admin, f"Before {number}")

@@ -16,7 +16,7 @@ from crmkit.messaging import previous_record_json
 from crmstack.client import graphql_data, login, unique_email
 from crmstack.stack import Stack
 from tests.integration.api_helpers import Api, Record
-from tests.integration.events_client import read_stream
+from tests.integration.events_client import listen, read_stream
 
 
 @pytest.fixture
@@ -37,6 +37,7 @@ def _names(api: Api) -> dict[str, Record]:
 def test_batch_upsert_updates_matches_creates_the_rest_and_emits_each_event(
     api: Api, local_stack: Stack
 ) -> None:
+    listen(local_stack, api.session.workspace_id)  # its events are published
     first = api.create("people", {"externalId": "x-1", "firstName": "Ada", "city": "London"})
     body = [
         {"externalId": "x-1", "city": "Paris"},  # matched: only city changes

@@ -14,6 +14,7 @@ import pytest
 from crmstack.stack import Stack
 from examples.webhook_receiver import Delivery
 from tests.integration import webhooks_client
+from tests.integration.events_client import listen
 from tests.integration.webhooks_client import (
     REDELIVER,
     ROTATE,
@@ -112,7 +113,10 @@ def test_operations_match_with_wildcards(hooks: Hooks) -> None:
 def test_a_webhook_gets_the_events_committed_after_it_is_created_or_widened(
     hooks: Hooks, local_stack: Stack
 ) -> None:
-    # Before the workspace has a webhook its events are taken and acknowledged unwritten.
+    # Before the workspace has a webhook its events are taken and acknowledged unwritten (they
+    # are published: a subscriber's lease listens; without one they would not be, see
+    # test_events_interest.py).
+    listen(local_stack, hooks.ws.id)
     before = skipped(local_stack)
     early = hooks.create_record("person", {"firstName": "Early"})
     wait_skipped(local_stack, before + 1)

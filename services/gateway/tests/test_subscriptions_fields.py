@@ -70,7 +70,7 @@ class Session:
     def __init__(self, hub: SubscriptionHub) -> None:
         self.hub = hub
 
-    def open_stream(
+    async def open_stream(
         self,
         operation_id: str,
         object_name: str,

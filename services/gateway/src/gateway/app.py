@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -60,6 +61,7 @@ from gateway.subscriptions.endpoint import WorkspaceSchemaSource, graphql_websoc
 from gateway.subscriptions.feed import RecordEventFeed
 from gateway.subscriptions.fields import SUBSCRIPTIONS_PART
 from gateway.subscriptions.hub import SubscriptionHub
+from gateway.subscriptions.interest import InterestLeases
 from gateway.subscriptions.omitted import omitted_record_loader
 from gateway.upstreams import Upstreams
 from gateway.verified_tokens import VerifiedTokens
@@ -201,6 +203,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             load_record=omitted_record_loader(upstreams, principals),
         )
         await feed.start()
+        leases = InterestLeases(upstreams.event_interest, principals, hub.workspaces)
+        renewing = asyncio.create_task(leases.run(), name="subscription-leases")
         verified_tokens = VerifiedTokens()
         app.state.gateway = GatewayState(
             settings=settings,
@@ -212,6 +216,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             principals=principals,
             models=models,
             subscriptions=hub,
+            event_interest=leases,
             rate_limiter=RateLimiter(
                 redis,
                 limit=settings.API_RATE_LIMITING_LIMIT,
@@ -231,6 +236,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         try:
             yield
         finally:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
             await feed.stop()
             await announcements.unsubscribe()
             await upstreams.close()

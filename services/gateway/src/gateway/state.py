@@ -46,6 +46,12 @@ class EventSubscriptions(Protocol):
     ) -> EventSubscription: ...
 
 
+class EventInterest(Protocol):
+    """What handlers need of the leases on record events (gateway.subscriptions.interest)."""
+
+    async def ensure(self, workspace_id: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class GatewayState:
     settings: GatewaySettings
@@ -58,6 +64,8 @@ class GatewayState:
     # Data models per workspace and what derives from them (GraphQL schemas, OpenAPI).
     models: DataModelCache
     subscriptions: EventSubscriptions
+    # Declared before a subscription is confirmed, so the workspace's events are published.
+    event_interest: EventInterest
     rate_limiter: RateLimit
     # One per process: it remembers a Redis outage and identity's answers during it.
     credentials: CredentialVerifier

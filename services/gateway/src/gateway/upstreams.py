@@ -28,6 +28,7 @@ class Upstreams:
     metadata: metadata_pb2_grpc.MetadataServiceStub
     records: records_pb2_grpc.RecordsServiceStub
     imports: records_pb2_grpc.ImportServiceStub
+    event_interest: records_pb2_grpc.EventInterestServiceStub
     # Exports stream on a channel of their own to records, with a fixed receive window
     # (STREAMING_OPTIONS); not in `channels`, which are the health-checked upstreams.
     exports_channel: grpc.aio.Channel
@@ -58,6 +59,7 @@ class Upstreams:
             oauth=identity_pb2_grpc.OAuthServiceStub(identity),
             metadata=metadata_pb2_grpc.MetadataServiceStub(channels["metadata"]),
             records=records_pb2_grpc.RecordsServiceStub(channels["records"]),
+            event_interest=records_pb2_grpc.EventInterestServiceStub(channels["records"]),
             imports=records_pb2_grpc.ImportServiceStub(channels["records"]),
             exports_channel=exports,
             exports=records_pb2_grpc.RecordsServiceStub(exports),

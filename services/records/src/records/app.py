@@ -14,6 +14,7 @@ from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
 from records import history_retention, idempotency, migrator
 from records.cache import SchemaCache
+from records.event_interest import EventInterestServicer
 from records.import_servicer import ImportServicer
 from records.import_worker import ImportWorker
 from records.metrics import RecordsMetrics
@@ -76,6 +77,11 @@ async def serve(settings: RecordsSettings) -> None:
                 imports,
                 records_pb2_grpc.add_ImportServiceServicer_to_server,
                 service_name(records_pb2, "ImportService"),
+            ),
+            ServicerBinding(
+                EventInterestServicer(pool, PrincipalCodec(settings.APP_SECRET)),
+                records_pb2_grpc.add_EventInterestServiceServicer_to_server,
+                service_name(records_pb2, "EventInterestService"),
             ),
         ],
         background=[

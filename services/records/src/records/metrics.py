@@ -14,6 +14,8 @@ class RecordsMetrics:
     outbox_pending: Gauge
     relay_lag: Gauge
     published: Counter
+    skipped: Counter
+    events_gated: Gauge
     pruned: Counter
     relay_active: Gauge
     history_pruned: Counter
@@ -45,6 +47,19 @@ class RecordsMetrics:
             published=Counter(
                 "records_outbox_published_total",
                 "Outbox rows published to JetStream and acknowledged.",
+                registry=registry,
+            ),
+            skipped=Counter(
+                "records_outbox_skipped_total",
+                "Outbox rows marked published without being published: their workspace had "
+                "no interest (nobody listened to its events).",
+                registry=registry,
+            ),
+            events_gated=Gauge(
+                "records_events_gated",
+                "1 when the active relay publishes only the events of workspaces with interest; "
+                "0 when it publishes every event (RECORD_EVENTS_PUBLISH=all, or webhooks and "
+                "workflows have not both synced their interest yet).",
                 registry=registry,
             ),
             pruned=Counter(

@@ -1,5 +1,7 @@
 """The outbox relay: publishes `records.outbox` rows to JetStream, in order per record, and marks
-them published.
+them published. Only the rows of workspaces somebody listens to are published
+(RECORD_EVENTS_PUBLISH=interested, `fetch_sql`, docs/events.md "Who listens"); the statement
+that reads a batch marks the others published without publishing them.
 
 Every records replica runs it; one is active at a time. The active relay holds a session-level
 Postgres advisory lock on its own connection; the others retry the lock every second, so when the
@@ -38,6 +40,7 @@ from crmkit.messaging import RECORD_EVENTS_STREAM, ensure_record_stream
 from crmkit.outages import OutageLog
 from crmkit.telemetry import extract_context, inject_headers, span_recordable
 from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, message_of
+from records.event_interest import GATING, PRUNE_LAPSED, PUBLISH_CONDITION
 from records.inflight import InFlight
 from records.metrics import RecordsMetrics
 from records.settings import RecordsSettings
@@ -54,15 +57,33 @@ _PRUNE_SECONDS = 60.0
 _PRUNE_CHUNK = 5000
 _MAX_BACKOFF_SECONDS = 5.0
 
-_FETCH = (
-    f"SELECT {OUTBOX_COLUMNS} FROM records.outbox WHERE published_at IS NULL "
-    "ORDER BY sequence LIMIT $1"
-)
-# The next batch while earlier ones (`$2`: read, not yet marked) are in flight.
-_FETCH_AHEAD = (
-    f"SELECT {OUTBOX_COLUMNS} FROM records.outbox WHERE published_at IS NULL "
-    "AND sequence <> ALL($2::bigint[]) ORDER BY sequence LIMIT $1"
-)
+
+def fetch_sql(*, gated: bool, ahead: bool) -> str:
+    """The statement reading the next batch of unpublished rows (OUTBOX_COLUMNS, then whether to
+    publish the row). `ahead`: while earlier rows (`$2`: read, not yet marked) are in flight.
+
+    `gated` (RECORD_EVENTS_PUBLISH=interested): a row is published only if its workspace has an
+    unexpired interest (`event_interest.PUBLISH_CONDITION`), read by the same statement as the
+    row, so after the row's commit: an interest committed before the event's transaction
+    committed is seen. The rows of workspaces without interest are marked published by that
+    statement too, never published.
+    """
+    exclude = "AND o.sequence <> ALL($2::bigint[]) " if ahead else ""
+    if not gated:
+        return (
+            f"SELECT {OUTBOX_COLUMNS}, true FROM records.outbox o WHERE o.published_at IS NULL "
+            f"{exclude}ORDER BY o.sequence LIMIT $1"
+        )
+    return (
+        f"WITH batch AS MATERIALIZED (SELECT {OUTBOX_COLUMNS}, {PUBLISH_CONDITION} AS wanted "
+        f"FROM records.outbox o WHERE o.published_at IS NULL {exclude}"
+        "ORDER BY o.sequence LIMIT $1), "
+        "skipped AS (UPDATE records.outbox o SET published_at = now() FROM batch b "
+        "WHERE o.sequence = b.sequence AND NOT b.wanted) "
+        "SELECT * FROM batch ORDER BY sequence"
+    )
+
+
 _MARK = "UPDATE records.outbox SET published_at = now() WHERE sequence = ANY($1::bigint[])"
 _BACKLOG = (
     "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(occurred_at)), 0) "
@@ -94,6 +115,10 @@ class OutboxRelay:
         self._inbox = ""
         self._runs = 0
         self._flight: InFlight | None = None
+        gated = settings.RECORD_EVENTS_PUBLISH == "interested"
+        self._gated = gated
+        self._fetch = fetch_sql(gated=gated, ahead=False)
+        self._fetch_ahead = fetch_sql(gated=gated, ahead=True)
 
     async def run(self) -> None:
         """Forever: wait to become the active relay, then publish until the connection fails."""
@@ -164,13 +189,17 @@ class OutboxRelay:
         yet marked are left out of that read). A message waits only while an earlier one of
         its record is in flight (`InFlight.blocks`). On a failure nothing more is published:
         what was acknowledged is marked, and the next run reads the rest again in order.
+        Rows nobody listens to were marked by the statement that read them (`fetch_sql`), and
+        count as marked.
         """
         if not self._nats.is_connected:
             raise PublishFailed("NATS is not connected")
         batch = self._settings.OUTBOX_RELAY_BATCH_SIZE
-        queue = deque(self._messages(await connection.fetch(_FETCH, batch)))
+        rows = await connection.fetch(self._fetch, batch)
+        queue = deque(self._messages(rows))
+        skipped = len(rows) - len(queue)
         if not queue:
-            return 0
+            return skipped
         if not self._stream_ready:
             await self._ensure_stream()
         if not self._inbox:  # the client subscribes again by itself after a reconnect
@@ -181,15 +210,17 @@ class OutboxRelay:
         flight = InFlight(self._runs)
         self._flight = flight
         read = {message.sequence for message in queue}  # read and not yet marked
-        more = len(queue) == batch
+        more = len(rows) == batch
         reading: asyncio.Task[list[Any]] | None = None
-        marked = 0
+        marked = skipped
 
         def absorb(rows: list[Any]) -> None:
-            nonlocal more
+            nonlocal more, marked
             more = len(rows) == batch
-            queue.extend(self._messages(rows))
-            read.update(row[0] for row in rows)
+            messages = self._messages(rows)
+            queue.extend(messages)
+            read.update(message.sequence for message in messages)
+            marked += len(rows) - len(messages)
 
         try:
             while True:
@@ -197,7 +228,9 @@ class OutboxRelay:
                 if len(flight.waiting) <= 2 * batch - max(batch // 2, 1):
                     await self._publish_queued(flight, queue, 2 * batch)
                 if reading is None and more and len(queue) < batch and not flight.error:
-                    reading = asyncio.create_task(connection.fetch(_FETCH_AHEAD, batch, list(read)))
+                    reading = asyncio.create_task(
+                        connection.fetch(self._fetch_ahead, batch, list(read))
+                    )
                     reading.add_done_callback(lambda _: flight.changed.set())
                 if reading is not None and reading.done():
                     absorb(reading.result())
@@ -267,8 +300,15 @@ class OutboxRelay:
         return len(acknowledged)
 
     def _messages(self, rows: list[Any]) -> list[Message]:
+        """The messages of the rows to publish (the last column says whether to); the others
+        were marked published by the statement that read them, and are counted."""
         max_payload = self._nats.max_payload
-        return [message_of(OutboxRow.of(tuple(row)), max_payload) for row in rows]
+        messages = [
+            message_of(OutboxRow.of(tuple(row)[:-1]), max_payload) for row in rows if row[-1]
+        ]
+        if len(messages) < len(rows):
+            self._metrics.skipped.inc(len(rows) - len(messages))
+        return messages
 
     async def _ensure_stream(self) -> None:
         try:
@@ -303,8 +343,12 @@ class OutboxRelay:
         pending, lag = await connection.fetchrow(_BACKLOG)
         self._metrics.outbox_pending.set(pending)
         self._metrics.relay_lag.set(float(lag))
+        self._metrics.events_gated.set(
+            1 if self._gated and await connection.fetchval(GATING) else 0
+        )
         if now >= self._next_prune:
             self._next_prune = now + _PRUNE_SECONDS
+            await connection.execute(PRUNE_LAPSED, _PRUNE_CHUNK)
             retention = float(self._settings.OUTBOX_RETENTION)
             while True:
                 status = await connection.execute(_PRUNE, _PRUNE_CHUNK, retention)

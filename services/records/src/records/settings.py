@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from crmkit.settings import DatabaseSettings, Duration, GrpcServiceSettings, NatsSettings
@@ -31,6 +33,11 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # this, or beyond this many bytes (oldest first), are discarded. 0 bytes: no byte limit.
     RECORD_STREAM_MAX_AGE: Duration = Field(default=7 * 24 * 3600, gt=0)
     RECORD_STREAM_MAX_BYTES: int = Field(default=0, ge=0)
+    # Which record events the relay publishes (docs/events.md, "Who listens"): `interested`, only
+    # those of workspaces somebody listens to (a webhook, a record-triggered workflow, an open
+    # subscription; the others are marked published unpublished); `all`, every event, for
+    # operators who consume the stream themselves.
+    RECORD_EVENTS_PUBLISH: Literal["interested", "all"] = "interested"
     # How long a write's Idempotency-Key is remembered (docs/api.md): a retry with the key within
     # it replays the first answer. Expired keys are pruned every minute.
     IDEMPOTENCY_KEY_TTL: Duration = Field(default=24 * 3600, ge=1)

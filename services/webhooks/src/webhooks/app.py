@@ -13,11 +13,13 @@ from crm.records.v1 import records_pb2_grpc
 from crm.webhooks.v1 import webhooks_pb2, webhooks_pb2_grpc
 from crmkit import db, messaging
 from crmkit.authors import AuthorAccess
+from crmkit.event_interest import WEBHOOKS, InterestHolder
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
 from crmkit.outbound import OutboundPolicy, WorkspaceSessions
 from crmkit.principal import PrincipalCodec
+from webhooks import store
 from webhooks.dispatcher import Dispatcher
 from webhooks.intake import Intake
 from webhooks.metrics import WebhooksMetrics
@@ -71,7 +73,15 @@ async def serve(settings: WebhooksSettings) -> None:
         keepalive_timeout=30.0,
         user_agent="crm-webhooks/1",
     )
-    background: list[Callable[[], Coroutine[Any, Any, None]]] = []
+    interest = InterestHolder(
+        WEBHOOKS,
+        pool,
+        records_pb2_grpc.EventInterestServiceStub(records_channel),
+        principals,
+        listens_sql=store.LISTENS,
+        listening_sql=store.LISTENING,
+    )
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = [interest.run]
     on_redelivery: Callable[[], None] = lambda: None  # noqa: E731
     if settings.WEBHOOK_DELIVERER_ENABLED:
         records = RecordReader(records_pb2_grpc.RecordsServiceStub(records_channel), principals)
@@ -79,7 +89,7 @@ async def serve(settings: WebhooksSettings) -> None:
         authors = AuthorAccess(identity_pb2_grpc.AuthServiceStub(identity_channel), principals)
         dispatcher = Dispatcher(settings, dispatch_pool, sender, box, metrics, records, authors)
         intake = Intake(settings, nats, pool, metrics, dispatcher)
-        background = [intake.run, dispatcher.run]
+        background += [intake.run, dispatcher.run]
         on_redelivery = dispatcher.wake
     servicer = WebhookServicer(
         pool,
@@ -87,6 +97,7 @@ async def serve(settings: WebhooksSettings) -> None:
         box,
         metadata_pb2_grpc.MetadataServiceStub(metadata_channel),
         policy,
+        interest,
         on_redelivery=on_redelivery,
     )
 

@@ -25,6 +25,7 @@ from crm.webhooks.v1 import webhooks_pb2_grpc
 from crmkit.authors import Author
 from crmkit.authz import require_flag, require_full_read
 from crmkit.errors import FailedPrecondition, InvalidArgument, NotFound, from_rpc_error
+from crmkit.event_interest import InterestHolder
 from crmkit.ids import canonical_uuid
 from crmkit.outbound import (
     OutboundPolicy,
@@ -127,9 +128,11 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         box: SecretBox,
         metadata: metadata_pb2_grpc.MetadataServiceStub,
         policy: OutboundPolicy,
+        interest: InterestHolder,
         on_redelivery: Callable[[], None] = lambda: None,
     ) -> None:
         self._pool = pool
+        self._interest = interest
         self._principals = principals
         self._box = box
         self._metadata = metadata
@@ -174,17 +177,20 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         description = validate_description(request.description)
         webhook_id = str(uuid.uuid4())
         secret = new_secret()
-        row = await store.insert_webhook(
-            self._pool,
-            webhook_id=webhook_id,
-            workspace_id=principal.workspace_id,
-            target_url=url,
-            target_origin=origin,
-            operations=operations,
-            description=description,
-            sealed_secret=self._box.seal(webhook_id, secret),
-            author=Author.of(principal),
-        )
+        async with self._pool.acquire() as connection, connection.transaction():
+            # Before the webhook commits: every event committed after it is published.
+            await self._interest.declare(connection, principal.workspace_id)
+            row = await store.insert_webhook(
+                connection,
+                webhook_id=webhook_id,
+                workspace_id=principal.workspace_id,
+                target_url=url,
+                target_origin=origin,
+                operations=operations,
+                description=description,
+                sealed_secret=self._box.seal(webhook_id, secret),
+                author=Author.of(principal),
+            )
         return webhook_message(row, secret)
 
     async def ListWebhooks(  # noqa: N802
@@ -243,6 +249,11 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
                 raise NotFound("webhook not found", field="id")
             if changes.get("is_active") is False:
                 await store.fail_pending_deliveries(connection, webhook_id, DEACTIVATED)
+            elif changes and row["is_active"]:
+                # Activated or widened, perhaps: declared before the change commits.
+                await self._interest.declare(connection, principal.workspace_id)
+        if changes.get("is_active") is False:
+            await self._interest.sweep_quietly(principal.workspace_id)
         return webhook_message(row)
 
     async def DeleteWebhook(  # noqa: N802
@@ -252,6 +263,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         webhook_id = canonical_uuid(request.id, "id")
         if not await store.delete_webhook(self._pool, principal.workspace_id, webhook_id):
             raise NotFound("webhook not found", field="id")
+        await self._interest.sweep_quietly(principal.workspace_id)
         return wh.DeleteWebhookResponse(id=webhook_id)
 
     async def RotateWebhookSecret(  # noqa: N802

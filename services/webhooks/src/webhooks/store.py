@@ -22,9 +22,20 @@ DELIVERY_COLUMNS = (
 )
 
 
+# Interest in record events (crmkit.event_interest): whether an active webhook listens to a
+# workspace ($1), and the next workspaces ($1: after this id, $2: how many) where one does.
+LISTENS = (
+    "SELECT EXISTS (SELECT 1 FROM webhooks.webhooks WHERE workspace_id = $1::uuid AND is_active)"
+)
+LISTENING = (
+    "SELECT DISTINCT workspace_id::text FROM webhooks.webhooks WHERE is_active "
+    "AND workspace_id > $1::uuid ORDER BY 1 LIMIT $2"
+)
+
+
 # -- webhooks ----------------------------------------------------------------------------------
 async def insert_webhook(
-    pool: asyncpg.Pool,
+    connection: asyncpg.Pool | Connection,
     *,
     webhook_id: str,
     workspace_id: str,
@@ -35,7 +46,7 @@ async def insert_webhook(
     sealed_secret: bytes,
     author: Author,
 ) -> asyncpg.Record:
-    row = await pool.fetchrow(
+    row = await connection.fetchrow(
         "INSERT INTO webhooks.webhooks (id, workspace_id, target_url, target_origin, operations, "
         "description, secret_sealed, author_user_id, author_api_key_id) "
         f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {WEBHOOK_COLUMNS}",

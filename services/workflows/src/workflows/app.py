@@ -13,6 +13,7 @@ from crm.records.v1 import records_pb2_grpc
 from crm.workflows.v1 import workflows_pb2, workflows_pb2_grpc
 from crmkit import db, messaging
 from crmkit.authors import AuthorAccess
+from crmkit.event_interest import WORKFLOWS, InterestHolder
 from crmkit.grpc_client import open_channel
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
@@ -83,13 +84,21 @@ async def serve(settings: WorkflowsSettings) -> None:
         metrics,
         box,
     )
-    background: list[Callable[[], Coroutine[Any, Any, None]]] = []
+    interest = InterestHolder(
+        WORKFLOWS,
+        pool,
+        records_pb2_grpc.EventInterestServiceStub(records_channel),
+        principals,
+        listens_sql=store.LISTENS,
+        listening_sql=store.LISTENING,
+    )
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = [interest.run]
     if settings.WORKFLOW_RUNNER_ENABLED:
         authors = AuthorAccess(identity_pb2_grpc.AuthServiceStub(identity_channel), principals)
         runner = Runner(settings, run_pool, executor, metrics, authors)
         intake = Intake(settings, nats, pool, records, principals, metrics, runner.wake, authors)
         scheduler = Scheduler(pool, metrics, runner.wake)
-        background = [intake.run, scheduler.run, runner.run]
+        background += [intake.run, scheduler.run, runner.run]
     servicer = WorkflowServicer(
         pool,
         principals,
@@ -100,6 +109,7 @@ async def serve(settings: WorkflowsSettings) -> None:
         metrics,
         float(settings.WORKFLOW_MIN_SCHEDULE_INTERVAL),
         box,
+        interest,
     )
 
     async def close_channels() -> None:

@@ -29,6 +29,7 @@ from crm.workflows.v1 import workflows_pb2_grpc
 from crmkit.authors import Author
 from crmkit.authz import require_flag, require_full_read
 from crmkit.errors import InvalidArgument, NotFound, from_rpc_error
+from crmkit.event_interest import InterestHolder
 from crmkit.ids import canonical_uuid
 from crmkit.jsondepth import contains_nul
 from crmkit.outbound import OutboundPolicy, OutboundRefused, check_url
@@ -167,8 +168,10 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         metrics: WorkflowsMetrics,
         min_schedule_interval: float,
         box: SecretBox,
+        interest: InterestHolder,
     ) -> None:
         self._box = box
+        self._interest = interest
         self._pool = pool
         self._principals = principals
         self._metadata = metadata
@@ -306,12 +309,17 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
                 changes["next_run_at"] = first_tick
         if not changes:
             return workflow_message(current)
-        async with self._pool.acquire() as connection:
+        async with self._pool.acquire() as connection, connection.transaction():
             row = await store.update_workflow(
                 connection, principal.workspace_id, workflow_id, changes
             )
-        if row is None:
-            raise NotFound("workflow not found", field="id")
+            if row is None:
+                raise NotFound("workflow not found", field="id")
+            if store.listens(row):
+                # Perhaps widened: declared before the change commits.
+                await self._interest.declare(connection, principal.workspace_id)
+        if store.listens(current) and not store.listens(row):
+            await self._interest.sweep_quietly(principal.workspace_id)
         return workflow_message(row)
 
     async def DeleteWorkflow(  # noqa: N802
@@ -321,6 +329,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         workflow_id = canonical_uuid(request.id, "id")
         if not await store.delete_workflow(self._pool, principal.workspace_id, workflow_id):
             raise NotFound("workflow not found", field="id")
+        await self._interest.sweep_quietly(principal.workspace_id)
         return wf.DeleteWorkflowResponse(id=workflow_id)
 
     async def ActivateWorkflow(  # noqa: N802
@@ -331,15 +340,18 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
         trigger, action = spec_of(current, self._box)
         # Checked again: the data model may have changed since the workflow was saved.
         first_tick, authored = await self._checked(principal, trigger, action)
-        async with self._pool.acquire() as connection:
+        async with self._pool.acquire() as connection, connection.transaction():
             row = await store.update_workflow(
                 connection,
                 principal.workspace_id,
                 current["id"],
                 {"status": "active", "next_run_at": first_tick, **authored},
             )
-        if row is None:
-            raise NotFound("workflow not found", field="id")
+            if row is None:
+                raise NotFound("workflow not found", field="id")
+            if store.listens(row):
+                # Before the activation commits: every event committed after it is published.
+                await self._interest.declare(connection, principal.workspace_id)
         return workflow_message(row)
 
     async def DeactivateWorkflow(  # noqa: N802
@@ -357,6 +369,7 @@ class WorkflowServicer(workflows_pb2_grpc.WorkflowServiceServicer):
             if row is None:
                 raise NotFound("workflow not found", field="id")
             await store.fail_queued_runs(connection, workflow_id, store.DEACTIVATED)
+        await self._interest.sweep_quietly(principal.workspace_id)
         return workflow_message(row)
 
     async def TestWorkflow(  # noqa: N802

@@ -48,6 +48,25 @@ def definition_columns(
     }
 
 
+# Interest in record events (crmkit.event_interest): whether an active record-triggered workflow
+# listens to a workspace ($1), and the next workspaces ($1: after this id, $2: how many) where one
+# does.
+_RECORD_TRIGGERED = "status = 'active' AND trigger_type <> 'scheduled'"
+LISTENS = (
+    "SELECT EXISTS (SELECT 1 FROM workflows.workflows WHERE workspace_id = $1::uuid "
+    f"AND {_RECORD_TRIGGERED})"
+)
+LISTENING = (
+    f"SELECT DISTINCT workspace_id::text FROM workflows.workflows WHERE {_RECORD_TRIGGERED} "
+    "AND workspace_id > $1::uuid ORDER BY 1 LIMIT $2"
+)
+
+
+def listens(row: asyncpg.Record) -> bool:
+    """Whether the workflow of `row` needs record events: active, triggered by records."""
+    return bool(row["status"] == "active" and row["trigger_type"] != "scheduled")
+
+
 async def insert_workflow(
     pool: asyncpg.Pool, workflow_id: str, workspace_id: str, name: str, columns: dict[str, Any]
 ) -> asyncpg.Record:

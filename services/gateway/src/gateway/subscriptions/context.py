@@ -12,7 +12,7 @@ from gateway.subscriptions.hub import EventSubscription
 
 
 class StreamOpener(Protocol):
-    def open_stream(
+    async def open_stream(
         self,
         operation_id: str,
         object_name: str,

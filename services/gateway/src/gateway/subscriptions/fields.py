@@ -100,7 +100,7 @@ def _resolver(obj: SubscribableObject, action: str, field_name: str) -> Callable
             )
         access = require_object_access(context.principal, obj.singular, READ)
         predicate = obj.predicate(None if filter is UNSET else filter)
-        return context.session.open_stream(
+        return await context.session.open_stream(
             context.operation_id,
             obj.singular,
             action,

@@ -112,6 +112,10 @@ class SubscriptionHub:
     def open_subscriptions(self) -> int:
         return self._count
 
+    def workspaces(self) -> set[str]:
+        """The workspaces with at least one open subscription here."""
+        return {key[0] for key in self._index}
+
     def wants(self, workspace_id: str, object_name: str, action: str) -> bool:
         """Whether any subscription here asked for this (workspace, object, action)."""
         return (workspace_id, object_name, action) in self._index

@@ -451,7 +451,7 @@ class SocketSession:
         await self._send(self.wire.complete(identifier))
         return True
 
-    def open_stream(
+    async def open_stream(
         self,
         operation_id: str,
         object_name: str,
@@ -460,10 +460,15 @@ class SocketSession:
         predicate: Callable[[Record], bool] | None,
         owner_id: str | None,
     ) -> EventSubscription:
-        """The record events a subscription field streams (called by its resolver)."""
+        """The record events a subscription field streams (called by its resolver), once the
+        workspace's events are published (this gateway's lease on them, see
+        gateway.subscriptions.interest)."""
         if self._closed or operation_id not in self._operations:
             raise Internal("the operation ended before its subscription started")
         assert self.principal is not None
+        await self.state.event_interest.ensure(self.principal.workspace_id)
+        if self._closed or operation_id not in self._operations:
+            raise Internal("the operation ended before its subscription started")
         stream = self.state.subscriptions.subscribe(
             self.principal.workspace_id,
             object_name,
