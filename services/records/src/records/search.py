@@ -339,8 +339,10 @@ async def find(
             rows: list[Any] = await connection.fetch(exact.sql, *exact.params)
             if rows or query.after is not None:
                 return rows, query
+        if all(len(term) < SHORT_TERM for term in terms):
+            return [], query  # nothing to match with a typo
         if len(terms) == 1:  # the exact statement found it nowhere
-            typos = [len(terms[0]) >= SHORT_TERM]
+            typos = [True]
         else:
             probe = unmatched(query, terms)
             typos = list(await connection.fetchval(probe.sql, *probe.params))
