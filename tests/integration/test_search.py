@@ -79,27 +79,38 @@ def test_a_new_custom_field_is_searched_with_accents_and_typos(api: Api) -> None
     assert _hits(api, "nordic") == [("vessel", vessel["id"])]
 
 
-def test_exact_prefixes_rank_above_fuzzy_matches_and_objects_narrow(api: Api) -> None:
-    fuzzy = api.create("people", {"firstName": "Jean", "lastName": "Dupond"})
+def test_exact_matches_rank_by_tier_and_typos_only_when_none_match(api: Api) -> None:
+    typo = api.create("people", {"firstName": "Jean", "lastName": "Dupond"})
     exact = api.create("companies", {"name": "Dupont Industries"})
-    inside = api.create("people", {"firstName": "Marie", "lastName": "Dupont-Leroy"})
+    word = api.create("people", {"firstName": "Marie", "lastName": "Dupont-Leroy"})
+    inside = api.create("people", {"firstName": "Luc", "lastName": "Ledupont"})
     api.create("companies", {"name": "Unrelated"})
     body = _search(api, q="dupont")
-    ranked = [(h["object"], h["record"]["id"]) for h in body["data"]]
-    assert ranked == [
+    # Text start, then word start, then inside a word; the typo match (Dupond) is not looked
+    # for, since records match every word exactly.
+    assert [(h["object"], h["record"]["id"]) for h in body["data"]] == [
         ("company", exact["id"]),
+        ("person", word["id"]),
         ("person", inside["id"]),
-        ("person", fuzzy["id"]),
     ]
     scores = [h["score"] for h in body["data"]]
     assert scores == sorted(scores, reverse=True)
-    assert scores[0] > scores[-1]
+    assert scores[-1] > 1.5
     assert body["data"][1]["matchedFields"] == ["lastName"]
     assert _hits(api, "dupont", objects="people") == [
+        ("person", word["id"]),
         ("person", inside["id"]),
-        ("person", fuzzy["id"]),
     ]
     assert _hits(api, "dupont", objects="company,opportunities") == [("company", exact["id"])]
+    # No record has "dupomt": typo matches, each scoring below any exact match.
+    body = _search(api, q="dupomt")
+    found = {(h["object"], h["record"]["id"]) for h in body["data"]}
+    assert found == {("company", exact["id"]), ("person", word["id"]), ("person", typo["id"])}
+    assert all(0 < h["score"] < 1.5 for h in body["data"])
+    # Only a word that no record contains as typed is matched with a typo: "dupomt jean" finds
+    # Jean Dupond, "dupont jean" nobody (both words are found as typed, never together).
+    assert _hits(api, "dupomt jean") == [("person", typo["id"])]
+    assert _hits(api, "dupont jean") == []
     # A deleted record is not found.
     api.ok("DELETE", f"/rest/companies/{exact['id']}")
     assert ("company", exact["id"]) not in _hits(api, "dupont")
@@ -125,6 +136,39 @@ def test_pages_follow_the_cursor(api: Api) -> None:
     ids = [e["node"]["record"]["id"] for e in first["edges"] + rest["edges"]]
     assert sorted(ids) == sorted(made)
     assert first["pageInfo"]["hasNextPage"]
+
+
+def test_typo_tolerant_pages_follow_the_cursor(api: Api) -> None:
+    made = {api.create("people", {"firstName": f"Zephyrine{n}"})["id"] for n in range(5)}
+    seen: list[str] = []
+    params: dict[str, Any] = {"q": "zephyrime", "limit": 2}
+    for _ in range(5):
+        body = _search(api, **params)
+        assert all(hit["score"] < 1.5 for hit in body["data"])
+        seen += [hit["record"]["id"] for hit in body["data"]]
+        if not body["pageInfo"]["hasNextPage"]:
+            break
+        params["after"] = body["pageInfo"]["endCursor"]
+    assert sorted(seen) == sorted(made)
+    # Past the last exact match, a cursor does not turn to typo matches.
+    exact = _search(api, q="zephyrine4")
+    assert [hit["record"]["id"] for hit in exact["data"]] != []
+    after = _search(api, q="zephyrine4", after=exact["pageInfo"]["endCursor"])
+    assert after["data"] == []
+
+
+def test_wildcards_are_literal_and_a_query_folding_to_nothing_finds_nothing(api: Api) -> None:
+    rate = api.create("companies", {"name": "Rate 100% Sure"})
+    api.create("companies", {"name": "Rate 1000 Units"})
+    snake = api.create("companies", {"name": "snake_case Labs"})
+    api.create("companies", {"name": "snakeXcase Labs"})
+    assert _hits(api, "100%") == [("company", rate["id"])]
+    assert _hits(api, "snake_case") == [("company", snake["id"])]
+    assert _hits(api, "e_c") == [("company", snake["id"])]
+    # A lone combining accent folds to nothing (accents are ignored): no match, not an error.
+    assert _search(api, q="\u0301")["data"] == []
+    # Many words: every one must match.
+    assert _hits(api, "rate 100% sure rate sure 100") == [("company", rate["id"])]
 
 
 def _member(api: Api, role_id: str | None = None) -> Api:

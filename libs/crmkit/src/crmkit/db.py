@@ -109,13 +109,15 @@ async def create_pool(
     max_size: int = 10,
     application_name: str = "crm",
     statement_cache_size: int = 100,
+    max_cacheable_statement_size: int = 15 * 1024,
     session_settings: Mapping[str, str] | None = None,
     reset_session: bool = True,
 ) -> asyncpg.Pool:
     """A pool whose connections decode json/jsonb with orjson and trace their statements.
 
     Sessions use UTC and ISO dates, so SQL that renders dates and times as text is stable.
-    `statement_cache_size` is asyncpg's per-connection cache of prepared statements;
+    `statement_cache_size` is asyncpg's per-connection cache of prepared statements, which
+    keeps statements of up to `max_cacheable_statement_size` characters (asyncpg's default);
     `session_settings` adds server settings (e.g. synchronous_commit) to every connection.
     `reset_session=False` skips asyncpg's reset query (RESET ALL, UNLISTEN, CLOSE ALL, advisory
     unlock) when a connection goes back to the pool, a round trip per pool call, for callers that
@@ -128,6 +130,7 @@ async def create_pool(
         init=_init_connection,
         connection_class=TracedConnection,
         statement_cache_size=statement_cache_size,
+        max_cacheable_statement_size=max_cacheable_statement_size,
         reset=None if reset_session else _keep_session,
         server_settings={
             "application_name": application_name,

@@ -33,6 +33,10 @@ async def serve(settings: RecordsSettings) -> None:
         max_size=settings.DB_POOL_MAX_SIZE,
         application_name="records",
         statement_cache_size=settings.DB_STATEMENT_CACHE_SIZE,
+        # A search of three or more words is a statement over asyncpg's default 15 KB (one scan
+        # per object, each with its record JSON); uncached, each search parsed and planned it
+        # again, 2x the time of the search (docs/data-model.md, "Search").
+        max_cacheable_statement_size=64 * 1024,
         # Requests never change session state (no SET, LISTEN, cursors or session advisory
         # locks; the relay has its own connection): skip the reset round trip per call.
         reset_session=False,

@@ -1,11 +1,14 @@
-"""Search across objects: one statement, a ranked scan of each readable object's search index.
+"""Search across objects: a ranked scan of each readable object's search index, in one statement.
 
 The query is split into words (terms), folded like the index (lower + unaccent). A record
-matches when every term matches its searchable text: a term of three or more characters as a
-substring or, typo-tolerant, by trigram word similarity (`<%`, at least SIMILARITY); a shorter
-term as the start of a word. Each term scores the similarity plus a boost: 2 when the text starts
-with it, 1.5 when a word does, 1 for a substring; the record's score is the mean over the terms.
-Results are ordered by score, object name and id, keyset-paged by an opaque cursor.
+matches when every term matches its searchable text exactly: a term of three or more characters
+as a substring, a shorter one as the start of a word. Only when no record matches every term
+exactly is a second statement run that is typo-tolerant: there, each term of three or more
+characters that no searched record contains as typed matches by trigram word similarity (`<%`,
+at least SIMILARITY) instead, the others as before. Scores are tiered (`_Statement._score`);
+results are ordered by score, object name and id, keyset-paged by an opaque cursor. A search
+is one transaction: its settings and the folded query, the exact statement and, when needed, the
+probe for words found as typed (`unmatched`) and the typo-tolerant statement.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import base64
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -33,18 +37,39 @@ MAX_QUERY = 200
 MAX_TERMS = 8
 SHORT_TERM = 3  # terms shorter than this match word starts only (no substring trigrams)
 SIMILARITY = 0.5  # pg_trgm word similarity a typo-tolerant match needs
+TYPO_SCORES_BELOW = 1.5  # every typo-tolerant match scores below this, every exact one above
 MAX_CANDIDATES = 2000  # matches ranked per object and page (docs/api.md, "Search")
-FUZZY_CANDIDATES = 100  # the same when typo-tolerant matches are searched for
+FUZZY_CANDIDATES = 50  # the same when typo-tolerant matches are searched for
 _SCORE = '"_search score"'  # a column alias no field name can take
 
 
-@dataclass(frozen=True)
 class Term:
-    prefix: str  # placeholders of the folded LIKE patterns: text start, word start, substring
-    word: str
-    substring: str
-    folded: str  # placeholder of the folded term
-    short: bool
+    """A folded word of the query and the placeholders of its LIKE patterns (text start, word
+    start, substring) and of the word itself, each bound on first use: a statement binds only
+    the values it refers to (a parameter no statement uses would be an error). `typo`: matched
+    by similarity, not as typed."""
+
+    def __init__(self, text: str, params: Params, typo: bool = False) -> None:
+        self.text = text
+        self.params = params
+        self.short = len(text) < SHORT_TERM  # matched exactly only, typo-tolerant or not
+        self.typo = typo
+
+    @cached_property
+    def prefix(self) -> str:
+        return self.params.add(_escape(self.text) + "%", "text")
+
+    @cached_property
+    def word(self) -> str:
+        return self.params.add("% " + _escape(self.text) + "%", "text")
+
+    @cached_property
+    def substring(self) -> str:
+        return self.params.add("%" + _escape(self.text) + "%", "text")
+
+    @cached_property
+    def folded(self) -> str:
+        return self.params.add(self.text, "text")
 
 
 @dataclass(frozen=True)
@@ -92,59 +117,41 @@ def decode_cursor(text: str) -> Cursor:
         raise InvalidArgument("after: not a search cursor", field="after") from None
 
 
-def _bind_terms(terms: list[str], params: Params) -> list[Term]:
-    fold = search_ddl.FOLD
-    bound = []
-    for term in terms:
-        escaped = _escape(term)
-        bound.append(
-            Term(
-                prefix=f"{fold}({params.add(escaped + '%', 'text')})",
-                word=f"{fold}({params.add('% ' + escaped + '%', 'text')})",
-                substring=f"{fold}({params.add('%' + escaped + '%', 'text')})",
-                folded=f"{fold}({params.add(term, 'text')})",
-                short=len(term) < SHORT_TERM,
-            )
-        )
-    return bound
-
-
 class _Statement:
-    def __init__(
-        self, ctx: RequestContext, trigram: str, terms: list[Term], size: int, fuzzy: bool
-    ) -> None:
-        self.ctx = ctx
+    def __init__(self, trigram: str, terms: list[Term], size: int) -> None:
         self.trigram = quote(trigram)
         self.terms = terms
         self.size = size
-        self.fuzzy = fuzzy  # typo-tolerant matches too, not only LIKE ones
-
-    def _similar(self, term: Term, text: str) -> str:
-        return f"{term.folded} OPERATOR({self.trigram}.<%) {text}"
+        self.fuzzy = any(term.typo for term in terms)  # a typo-tolerant statement
 
     def _matches(self, term: Term, text: str) -> str:
+        """The condition of `term` on `text`: all of them are ANDed plain operators, so one
+        scan of the search index (GIN intersects the terms) finds the rows matching them all."""
+        if term.typo:
+            return f"{term.folded} OPERATOR({self.trigram}.<%) {text}"
         if term.short:
             return f"({text} LIKE {term.prefix} OR {text} LIKE {term.word})"
-        if not self.fuzzy:
-            return f"{text} LIKE {term.substring}"
-        return f"({text} LIKE {term.substring} OR {self._similar(term, text)})"
+        return f"{text} LIKE {term.substring}"
 
-    def _score(self, text: str) -> str:
-        """Per term: 3 when the text starts with it, 2.5 when a word does, 2 for a substring,
-        else its word similarity (below 1). The record's score is its weakest term's, plus a
-        thirtieth of the mean, less up to 0.05 for long texts (so within a tier the closer,
-        shorter text comes first): a record every term of which LIKE-matches always ranks above
-        one that needs a typo-tolerant match, which lets `search` look for those only when the
-        LIKE matches do not fill the page."""
-        parts = [
-            f"CASE WHEN {text} LIKE {t.prefix} THEN 3.0 WHEN {text} LIKE {t.word} THEN 2.5 "
-            f"WHEN {text} LIKE {t.substring} THEN 2.0 "
-            f"ELSE {self.trigram}.word_similarity({t.folded}, {text}) END"
-            for t in self.terms
-        ]
-        weakest = parts[0] if len(parts) == 1 else f"least({', '.join(parts)})"
+    def _term_score(self, term: Term, text: str) -> str:
+        """3 when the text starts with the term, 2.5 when a word does, 2 for a substring; a
+        term matched by similarity scores its word similarity (below 1)."""
+        if term.typo:
+            return f"{self.trigram}.word_similarity({term.folded}, {text})"
         return (
-            f"({weakest} + ({' + '.join(parts)}) / {30 * len(parts)} "
+            f"CASE WHEN {text} LIKE {term.prefix} THEN 3.0 WHEN {text} LIKE {term.word} THEN 2.5 "
+            f"WHEN {text} LIKE {term.substring} THEN 2.0 ELSE 0::real END"
+        )
+
+    def _score(self, names: list[str], text: str) -> str:
+        """The record's score from its terms' (`names`, columns holding `_term_score`): its
+        weakest term's, plus a thirtieth of the mean, less up to 0.05 for long texts (so within
+        a tier the closer, shorter text comes first). A record every term of which matches
+        exactly scores above TYPO_SCORES_BELOW, one that needs a typo-tolerant match below, which
+        lets `find` look for those only when no record matches exactly."""
+        weakest = names[0] if len(names) == 1 else f"least({', '.join(names)})"
+        return (
+            f"({weakest} + ({' + '.join(names)}) / {30 * len(names)} "
             f"- least(length({text}), 1000) / 20000.0)::float8"
         )
 
@@ -174,17 +181,23 @@ class _Statement:
         owner = owner_predicate("t", access, params)
         if owner:
             where.append(owner)
-        score = self._score(f"c.{column}")
+        names = [f'"_search {index}"' for index in range(len(self.terms))]
+        term_scores = ", ".join(
+            f"{self._term_score(term, f't.{column}')} AS {name}"
+            for term, name in zip(self.terms, names, strict=True)
+        )
+        score = self._score([f"c.{name}" for name in names], f"c.{column}")
         ranked = [self._after(obj, score, after, params)] if after is not None else []
         name = literal(obj.name_singular)
         candidates = FUZZY_CANDIDATES if self.fuzzy else MAX_CANDIDATES
-        # At most MAX_CANDIDATES matches per object are ranked: a word in thousands of records
-        # would otherwise cost a heap fetch and a score for each of them.
+        # At most `candidates` matches per object are ranked: a word in thousands of records
+        # would otherwise cost a heap fetch and a score for each of them. Each term's score is
+        # worked out once per candidate (the LIMIT keeps that subquery from being flattened).
         return (
             f"SELECT {name} AS o, x.id, x.{_SCORE} AS score, "
             f"({obj.json_expression('x')})::text AS j FROM ("
             f"SELECT c.*, {score} AS {_SCORE} FROM ("
-            f"SELECT t.* FROM {obj.table} t WHERE {' AND '.join(where)} "
+            f"SELECT t.*, {term_scores} FROM {obj.table} t WHERE {' AND '.join(where)} "
             f"LIMIT {candidates}) c WHERE {' AND '.join(ranked) or 'TRUE'} "
             f"ORDER BY {_SCORE} DESC, c.id LIMIT {self.size + 1}) x"
         )
@@ -215,81 +228,136 @@ def _objects(ctx: RequestContext, names: list[str]) -> list[ObjectModel]:
 
 
 @dataclass(frozen=True)
-class Plan:
-    sql: str  # empty: no object to search
-    params: list[Any]
+class Query:
+    """A checked search request: its words as typed, page size, the objects to search (those
+    the caller may read that have searchable fields) and the cursor."""
+
+    text: str
     size: int
+    objects: list[tuple[ObjectModel, Access]]
     after: Cursor | None
 
 
-def plan(
-    ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest, *, fuzzy: bool
-) -> Plan:
-    """The statement answering `request` (checked), and its parameters: LIKE matches only, or
-    (`fuzzy`) typo-tolerant ones too."""
+def check(ctx: RequestContext, request: records_pb2.SearchRequest) -> Query:
+    """`request` checked (InvalidArgument naming the parameter), before any statement runs."""
     terms = parse_terms(request.query)
     size = page_size(request.first)
-    objects = _objects(ctx, list(request.objects))
+    chosen = _objects(ctx, list(request.objects))
     after = decode_cursor(request.after) if request.after else None
-    params = Params()
-    statement = _Statement(ctx, trigram, _bind_terms(terms, params), size, fuzzy)
-    scans, searched = [], []
-    for obj in objects:
+    objects = []
+    for obj in chosen:
         access = ctx.read_access(obj)
         if access is None or not search_ddl.searchable_fields(obj):
             continue  # objects the caller cannot read are skipped, not refused
-        searched.append(obj)
-        scans.append(f"({statement.object_scan(obj, access, after, params)})")
-    if not scans:
-        return Plan("", [], size, after)
+        objects.append((obj, access))
+    return Query(" ".join(terms), size, objects, after)
+
+
+@dataclass(frozen=True)
+class Plan:
+    sql: str
+    params: list[Any]
+
+
+def plan(trigram: str, query: Query, terms: list[str], typos: list[bool] | None = None) -> Plan:
+    """The statement answering `query` for its folded `terms` (not empty), and its parameters:
+    every term matched as typed, or those flagged in `typos` by similarity."""
+    params = Params()
+    flags = typos or [False] * len(terms)
+    bound = [Term(term, params, typo) for term, typo in zip(terms, flags, strict=True)]
+    statement = _Statement(trigram, bound, query.size)
+    scans = [
+        f"({statement.object_scan(obj, access, query.after, params)})"
+        for obj, access in query.objects
+    ]
     order = 'ORDER BY score DESC, o COLLATE "C", id'
+    searched = [obj for obj, _ in query.objects]
     # Matched fields are worked out for the final page only (from its record JSON).
     sql = (
         f"SELECT o, id::text, score, j, {statement.matched(searched, 'page')} FROM ("
         f"SELECT o, id, score, j, j::json AS v FROM ({' UNION ALL '.join(scans)}) r "
-        f"{order} LIMIT {size + 1}) page {order}"
+        f"{order} LIMIT {query.size + 1}) page {order}"
     )
-    return Plan(sql, params.values, size, after)
+    return Plan(sql, params.values)
 
 
-async def execute(connection: Any, sql: str, params: list[Any]) -> list[Any]:
-    """Runs a planned search. Sequential scans are off for it: the planner costs the `<%`
-    operator like a comparison, so on tables of a few hundred rows it chose to compute a
-    trigram similarity per row (20 ms for 800 rows) instead of using the search index (1 ms)."""
-    async with connection.transaction(readonly=True):
-        await connection.execute(
-            f"SET LOCAL pg_trgm.word_similarity_threshold = {SIMILARITY}; "
-            "SET LOCAL enable_seqscan = off"
-        )
-        rows: list[Any] = await connection.fetch(sql, *params)
-    return rows
+def unmatched(query: Query, terms: list[str]) -> Plan:
+    """A statement answering, for each term of three or more characters, whether no searched
+    record (that the caller may read) contains it as typed: those are the ones a typo-tolerant
+    search matches by similarity. One probe of each object's search index per term."""
+    params = Params()
+    probes = []
+    for term in terms:
+        if len(term) < SHORT_TERM:
+            probes.append("FALSE")
+            continue
+        pattern = params.add("%" + _escape(term) + "%", "text")
+        found = []
+        for obj, access in query.objects:
+            column = quote(search_ddl.column_name(search_ddl.searchable_fields(obj)))
+            where = ['t."deletedAt" IS NULL', f"t.{column} LIKE {pattern}"]
+            owner = owner_predicate("t", access, params)
+            if owner:
+                where.append(owner)
+            found.append(f"EXISTS (SELECT FROM {obj.table} t WHERE {' AND '.join(where)})")
+        probes.append(f"NOT ({' OR '.join(found)})")
+    return Plan(f"SELECT ARRAY[{', '.join(probes)}]", params.values)
+
+
+# The search's settings, for its transaction, and the query folded as the search columns are.
+# Sequential scans are off: the planner costs the `<%` operator like a comparison, so on tables
+# of a few hundred rows it chose to compute a trigram similarity per row (20 ms for 800 rows)
+# instead of using the search index (1 ms). Plans are generic: the statements leave the planner
+# no choice that depends on the words (each object's search index, then a bounded sort), and
+# planning them for every search cost more than running most of them (about 0.4 ms per object).
+_PREPARE = (
+    "SELECT set_config('pg_trgm.word_similarity_threshold', $1::text, true), "
+    "set_config('enable_seqscan', 'off', true), "
+    "set_config('plan_cache_mode', 'force_generic_plan', true), "
+    f"{search_ddl.FOLD}($2::text)"
+)
 
 
 async def find(
     connection: Any, ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest
-) -> tuple[list[Any], Plan]:
-    """The rows of a page: LIKE matches first; typo-tolerant ones only when those do not fill
-    the page (they always rank below, see `_Statement._score`), since finding them costs a
-    trigram comparison per candidate."""
-    planned = plan(ctx, trigram, request, fuzzy=False)
-    if not planned.sql:
-        return [], planned
-    rows = await execute(connection, planned.sql, planned.params)
-    if len(rows) > planned.size:
-        return rows, planned
-    fuzzy = plan(ctx, trigram, request, fuzzy=True)
-    if fuzzy.sql == planned.sql:  # only short words: nothing typo-tolerant to add
-        return rows, planned
-    return await execute(connection, fuzzy.sql, fuzzy.params), fuzzy
+) -> tuple[list[Any], Query]:
+    """The rows of a page: exact matches; typo-tolerant ones only when no record matches every
+    term exactly (they would all rank below, see `_Statement._score`), since finding them costs
+    a trigram comparison per candidate. A cursor from a typo-tolerant page goes straight to
+    those."""
+    query = check(ctx, request)
+    if not query.objects:
+        return [], query
+    typo_page = query.after is not None and query.after.score < TYPO_SCORES_BELOW
+    async with connection.transaction(readonly=True):
+        settings = await connection.fetchrow(_PREPARE, str(SIMILARITY), query.text)
+        terms = settings[3].split()
+        if not terms:  # nothing but characters folding drops (a lone combining accent)
+            return [], query
+        if not typo_page:
+            exact = plan(trigram, query, terms)
+            rows: list[Any] = await connection.fetch(exact.sql, *exact.params)
+            if rows or query.after is not None:
+                return rows, query
+        if all(len(term) < SHORT_TERM for term in terms):
+            return [], query  # nothing to match with a typo
+        if len(terms) == 1:  # the exact statement found it nowhere
+            typos = [True]
+        else:
+            probe = unmatched(query, terms)
+            typos = list(await connection.fetchval(probe.sql, *probe.params))
+        if not any(typos):
+            return [], query
+        fuzzy = plan(trigram, query, terms, typos)
+        rows = await connection.fetch(fuzzy.sql, *fuzzy.params)
+    return rows, query
 
 
 async def search(
     connection: Any, ctx: RequestContext, trigram: str, request: records_pb2.SearchRequest
 ) -> records_pb2.SearchResponse:
-    rows, planned = await find(connection, ctx, trigram, request)
-    if not planned.sql:
-        return records_pb2.SearchResponse(page_info=common_pb2.PageInfo())
-    size, after = planned.size, planned.after
+    rows, query = await find(connection, ctx, trigram, request)
+    size, after = query.size, query.after
     more = len(rows) > size
     hits = [
         records_pb2.SearchHit(
