@@ -54,6 +54,7 @@ from gateway.rest import routes as rest
 from gateway.rest import search as rest_search
 from gateway.rest.openapi import open_api
 from gateway.routing import RouteTable
+from gateway.server_spans import GatewayApp
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from gateway.subscriptions.endpoint import WorkspaceSchemaSource, graphql_websocket_endpoint
@@ -240,14 +241,15 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 await database.close()
             metrics.registry.unregister(pools)
 
-    app = FastAPI(
+    app = GatewayApp(
         title="CRM data service",
         lifespan=lifespan,
         docs_url="/docs" if settings.is_development else None,
         redoc_url=None,
         openapi_url="/openapi.json" if settings.is_development else None,
-        # FastAPI's own OpenTelemetry support makes the server span of every request (named by
-        # route template, continuing the caller's traceparent). Metrics are Prometheus's
+        # FastAPI's own OpenTelemetry support makes the server span of every request that could
+        # be recorded (named by route template, continuing the caller's traceparent; the others
+        # get a span that records nothing: gateway.server_spans). Metrics are Prometheus's
         # (MetricsMiddleware) and logs are our JSON lines, so its metrics and logs stay off.
         telemetry={"tracing": True, "metrics": False, "logs": False},
     )
