@@ -7,11 +7,13 @@ from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
 from crm.common.v1 import common_pb2
+from gateway.ratelimit.limiter import Counted
 from gateway.ratelimit.window import Decision
 from gateway.response_headers import Headers, ResponseHeadersMiddleware
 from gateway.state import gateway_state
 
 DECISION_KEY = "crm.ratelimit"
+HELD_KEY = "crm.ratelimit.held"  # the call counted with the credential's entry, if it was
 
 
 async def admit_request(
@@ -19,7 +21,12 @@ async def admit_request(
 ) -> None:
     """Count the request as `calls` calls; ResourceExhausted (429, RATE_LIMIT_EXCEEDED) when
     over the limit."""
-    decision = await gateway_state(connection).rate_limiter.check(principal, calls)
+    limiter = gateway_state(connection).rate_limiter
+    held = connection.scope.pop(HELD_KEY, None)
+    if isinstance(held, Counted):
+        decision = await limiter.settle(held, principal, calls)
+    else:
+        decision = await limiter.check(principal, calls)
     if decision is None:
         return  # Redis unreachable: admitted, and no numbers to report
     connection.scope[DECISION_KEY] = decision
