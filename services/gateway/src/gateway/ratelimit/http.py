@@ -9,7 +9,7 @@ from starlette.types import Scope
 from crm.common.v1 import common_pb2
 from gateway.ratelimit.limiter import Counted
 from gateway.ratelimit.window import Decision
-from gateway.response_headers import Headers, ResponseHeadersMiddleware
+from gateway.response_headers import Headers
 from gateway.state import gateway_state
 
 DECISION_KEY = "crm.ratelimit"
@@ -34,9 +34,8 @@ async def admit_request(
         raise decision.error()
 
 
-class RateLimitHeadersMiddleware(ResponseHeadersMiddleware):
-    """Adds the request's rate-limit headers to its response, if it was counted."""
-
-    def added_headers(self, scope: Scope, headers: Headers) -> Headers:
-        decision = scope.get(DECISION_KEY)
-        return list(decision.headers()) if isinstance(decision, Decision) else []
+def rate_limit_headers(scope: Scope, headers: Headers) -> Headers:
+    """The request's rate-limit headers, if it was counted (added to its response by
+    gateway.response_headers.ResponseMiddleware)."""
+    decision = scope.get(DECISION_KEY)
+    return decision.headers() if isinstance(decision, Decision) else []
