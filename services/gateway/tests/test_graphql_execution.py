@@ -14,7 +14,7 @@ import strawberry
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 from gateway.graphql.scalars import schema_config
-from gateway.graphql.schema import GatewaySchema, schema_extensions
+from gateway.graphql.schema import GatewaySchema
 
 
 @strawberry.enum
@@ -134,10 +134,8 @@ WITH_VARIABLES = (
 
 
 def _answer(query: str, executor: type | None, variables: dict[str, Any] | None = None) -> Any:
-    kwargs = {} if executor is None else {"execution_context_class": executor}
-    schema = GatewaySchema(
-        query=Query, config=schema_config(), extensions=schema_extensions(), **kwargs
-    )
+    kwargs: dict[str, Any] = {} if executor is None else {"execution_context_class": executor}
+    schema = GatewaySchema(query=Query, config=schema_config(), **kwargs)
     result = asyncio.run(schema.execute(query, variable_values=variables))
     errors = [(error.message, error.path) for error in result.errors or ()]
     return result.data, errors
@@ -183,3 +181,20 @@ def test_null_in_non_null_field_and_refused_value_are_errors_with_paths() -> Non
     data, errors = _answer("{ people { score } }", None)
     assert data == {"people": [{"score": 3}, {"score": None}, {"score": 1}, {"score": None}]}
     assert [path for _, path in errors] == [["people", 3, "score"]]
+
+
+def test_repeated_documents_answer_as_the_first_time_errors_included() -> None:
+    """Documents are parsed and validated once per schema and text (gateway.graphql.documents):
+    asking again gives the same answer, the same validation error, the same syntax error."""
+    schema = GatewaySchema(query=Query, config=schema_config())
+    for query in ("{ page { total } }", "{ page { nope } }", "{ page { total }"):
+        first, again = (asyncio.run(schema.execute(query)) for _ in range(2))
+        assert first.data == again.data
+        assert [e.message for e in first.errors or ()] == [e.message for e in again.errors or ()]
+    invalid = asyncio.run(schema.execute("{ page { nope } }"))
+    assert invalid.data is None
+    assert invalid.errors is not None
+    assert "Cannot query field 'nope' on type 'Page'." in invalid.errors[0].message
+    broken = asyncio.run(schema.execute("{ page { total }"))
+    assert broken.errors is not None
+    assert "Syntax Error" in broken.errors[0].message

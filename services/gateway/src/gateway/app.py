@@ -25,6 +25,7 @@ from gateway.datamodel.sync import follow_announcements, schema_fetcher
 from gateway.errors import rest_error_response
 from gateway.framing import framing_headers
 from gateway.graphql.builder import StaticNames
+from gateway.graphql.documents import DocumentCache
 from gateway.graphql.endpoint import (
     WorkspaceSchemas,
     static_graphql_endpoint,
@@ -227,7 +228,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     routes.add(app, "/readyz", readyz, ["GET"])
     install_auth(app, routes, settings)
     development = settings.is_development
-    schemas = WorkspaceSchemas(SCHEMA_PARTS, StaticNames.of(build_static_schema(SCHEMA_PARTS)))
+    documents = DocumentCache()  # parsed and validated GraphQL documents, for every schema
+    schemas = WorkspaceSchemas(
+        SCHEMA_PARTS, StaticNames.of(build_static_schema(SCHEMA_PARTS)), documents
+    )
     routes.add(
         app,
         "/graphql",
@@ -241,7 +245,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         app,
         "/metadata",
         static_graphql_endpoint(
-            build_static_schema(SCHEMA_PARTS, metadata_only=True), development=development
+            build_static_schema(SCHEMA_PARTS, metadata_only=True, documents=documents),
+            development=development,
         ),
         ["GET", "POST"],
     )
