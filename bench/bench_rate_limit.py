@@ -1,7 +1,9 @@
 """Cost of the API rate-limit check per call, in process, against a real Redis (Valkey).
 
-What the gateway does for every authenticated call: `RateLimiter.check(principal)`, one EVALSHA
-of the sliding-window script (gateway/ratelimit/limiter.py). Budget: p50 under 0.3 ms and
+What the gateway does for an authenticated call whose credential it has not counted before:
+`RateLimiter.check(principal)`, one EVALSHA of the sliding-window script
+(gateway/ratelimit/limiter.py; later calls of that credential are counted by the script that
+reads its cache entry, in the same round trip). Budget: p50 under 0.3 ms and
 exactly one Redis round trip per check. Three shapes of counter:
 
 - admitted: 1,000 credentials at the default limit (100 per 60 s), each well under it;

@@ -14,7 +14,7 @@ from datetime import datetime
 import httpx
 import pytest
 
-from crmstack.client import Session, graphql_data, signup
+from crmstack.client import Session, graphql_data, login, signup
 from crmstack.stack import Stack
 from tests.integration.conftest import gateway_starter
 from tests.integration.subscriptions_client import Socket, metric, wait_for_subscriptions
@@ -175,6 +175,24 @@ def test_probes_and_refused_credentials_are_not_counted_but_errors_after_auth_ar
     missing = http.get("/rest/nonexistents", headers=admin.headers)
     assert missing.status_code == 404
     assert limits(missing)[:2] == (LIMIT, LIMIT - 1)
+
+
+def test_calls_with_a_credential_revoked_after_use_are_not_counted(
+    gateways: list[Gateway], admin: Session
+) -> None:
+    """A user's sessions share one counter; once one of them is revoked, its calls are refused
+    and take nothing from the others', through REST and GraphQL alike."""
+    gateway = gateways[0]
+    other = login(gateway.http, admin.email, admin.password, admin.workspace_id)
+    assert gateway.rest(admin.access_token).status_code == 200
+    logout = gateway.http.post("/auth/logout", json={"refreshToken": admin.refresh_token})
+    assert logout.status_code == 204
+    for refused in (gateway.rest(admin.access_token), gateway.graphql(admin.access_token)) * 2:
+        assert refused.status_code == 401, refused.text
+        assert "x-ratelimit-limit" not in refused.headers
+    answered = gateway.graphql(other.access_token)
+    assert answered.status_code == 200
+    assert limits(answered)[:2] == (LIMIT, LIMIT - 2)  # the revoked session's one call, this one
 
 
 async def test_opening_a_subscription_counts_and_its_events_do_not(

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
 TRACE_HEADERS = ("traceparent", "tracestate")
 _http_tracer = trace.get_tracer("crmkit.http")
+_server_tracer = trace.get_tracer("crmkit.server")
 # True when configure_tracing installed the "nothing exports" provider: a span is then recorded
 # only below a sampled parent, and an unsampled one need not be started at all.
 _only_sampled_parents = False
@@ -55,6 +56,18 @@ def span_recordable(parent: otel_context.Context) -> bool:
     if not _only_sampled_parents:
         return True
     return trace.get_current_span(parent).get_span_context().trace_flags.sampled
+
+
+def unrecorded_server_context(parent: otel_context.Context) -> otel_context.Context | None:
+    """The context to serve a request in when its server span could not be recorded (see
+    span_recordable): the caller's trace (`parent`, from the request's headers), or a new one,
+    continued by a span that records nothing. The SDK makes that span, so its ids and flags are
+    those a full server span would carry; it needs no name, attributes or end. None when the
+    span could be recorded: the caller then makes the full server span."""
+    if span_recordable(parent):
+        return None
+    span = _server_tracer.start_span("unrecorded", context=parent, kind=trace.SpanKind.SERVER)
+    return trace.set_span_in_context(span, parent)
 
 
 def _exporter_configured() -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,7 +12,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crmkit import messaging
 from crmkit.db import create_pool
@@ -26,8 +24,9 @@ from gateway.body_limit import BodyLimits, BodySizeLimitMiddleware
 from gateway.datamodel.cache import DataModelCache
 from gateway.datamodel.sync import follow_announcements, schema_fetcher
 from gateway.errors import rest_error_response
-from gateway.framing import FramingHeadersMiddleware
+from gateway.framing import framing_headers
 from gateway.graphql.builder import StaticNames
+from gateway.graphql.documents import DocumentCache
 from gateway.graphql.endpoint import (
     WorkspaceSchemas,
     static_graphql_endpoint,
@@ -45,9 +44,10 @@ from gateway.graphql.webhooks import WEBHOOKS_PART
 from gateway.graphql.workflows import WORKFLOWS_PART
 from gateway.health import healthz, livez, readyz
 from gateway.metrics import GatewayMetrics
-from gateway.ratelimit.http import RateLimitHeadersMiddleware
+from gateway.ratelimit.http import rate_limit_headers
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.redis_connection import PipelinedRedis
+from gateway.response_headers import ResponseMiddleware
 from gateway.rest import export as rest_export
 from gateway.rest import history as rest_history
 from gateway.rest import imports
@@ -55,6 +55,7 @@ from gateway.rest import routes as rest
 from gateway.rest import search as rest_search
 from gateway.rest.openapi import open_api
 from gateway.routing import RouteTable
+from gateway.server_spans import GatewayApp
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from gateway.subscriptions.endpoint import WorkspaceSchemaSource, graphql_websocket_endpoint
@@ -81,38 +82,6 @@ SCHEMA_PARTS: tuple[SchemaPart, ...] = (
     EXPORTS_PART,
     SEARCH_PART,
 )
-
-
-class MetricsMiddleware:
-    """Counts and times every HTTP request by route template (never by raw path)."""
-
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, routes: RouteTable) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.routes = routes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            template = self.routes.template(scope)
-            method = scope["method"]
-            self.metrics.http_duration.labels(template, method).observe(
-                time.perf_counter() - started
-            )
-            self.metrics.http_requests.labels(template, method, str(status)).inc()
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -247,15 +216,16 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                 await database.close()
             metrics.registry.unregister(pools)
 
-    app = FastAPI(
+    app = GatewayApp(
         title="CRM data service",
         lifespan=lifespan,
         docs_url="/docs" if settings.is_development else None,
         redoc_url=None,
         openapi_url="/openapi.json" if settings.is_development else None,
-        # FastAPI's own OpenTelemetry support makes the server span of every request (named by
-        # route template, continuing the caller's traceparent). Metrics are Prometheus's
-        # (MetricsMiddleware) and logs are our JSON lines, so its metrics and logs stay off.
+        # FastAPI's own OpenTelemetry support makes the server span of every request that could
+        # be recorded (named by route template, continuing the caller's traceparent; the others
+        # get a span that records nothing: gateway.server_spans). Metrics are Prometheus's
+        # (ResponseMiddleware) and logs are our JSON lines, so its metrics and logs stay off.
         telemetry={"tracing": True, "metrics": False, "logs": False},
     )
     _install_error_handlers(app)
@@ -265,7 +235,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     routes.add(app, "/readyz", readyz, ["GET"])
     install_auth(app, routes, settings)
     development = settings.is_development
-    schemas = WorkspaceSchemas(SCHEMA_PARTS, StaticNames.of(build_static_schema(SCHEMA_PARTS)))
+    documents = DocumentCache()  # parsed and validated GraphQL documents, for every schema
+    schemas = WorkspaceSchemas(
+        SCHEMA_PARTS, StaticNames.of(build_static_schema(SCHEMA_PARTS)), documents
+    )
     routes.add(
         app,
         "/graphql",
@@ -279,13 +252,17 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         app,
         "/metadata",
         static_graphql_endpoint(
-            build_static_schema(SCHEMA_PARTS, metadata_only=True), development=development
+            build_static_schema(SCHEMA_PARTS, metadata_only=True, documents=documents),
+            development=development,
         ),
         ["GET", "POST"],
     )
     _add_rest_routes(app, routes)
     app.add_middleware(BodySizeLimitMiddleware, limits=BodyLimits.of(settings))
-    app.add_middleware(RateLimitHeadersMiddleware)
-    app.add_middleware(FramingHeadersMiddleware)
-    app.add_middleware(MetricsMiddleware, metrics=metrics, routes=routes)
+    app.add_middleware(
+        ResponseMiddleware,
+        sources=(rate_limit_headers, framing_headers),
+        metrics=metrics,
+        routes=routes,
+    )
     return app

@@ -3,14 +3,14 @@
 The OAuth consent page sets its own, stricter headers (consent.security_headers); the pages
 served in development (GraphQL playground, /docs) load their scripts from a CDN, so they only
 get `X-Frame-Options: DENY` and a CSP limited to `frame-ancestors 'none'`. A header the page
-already sets is kept.
+already sets is kept. Added by gateway.response_headers.ResponseMiddleware.
 """
 
 from __future__ import annotations
 
 from starlette.types import Scope
 
-from gateway.response_headers import Headers, ResponseHeadersMiddleware
+from gateway.response_headers import Headers
 
 _FRAMING_HEADERS = (
     (b"x-frame-options", b"DENY"),
@@ -18,9 +18,9 @@ _FRAMING_HEADERS = (
 )
 
 
-class FramingHeadersMiddleware(ResponseHeadersMiddleware):
-    def added_headers(self, scope: Scope, headers: Headers) -> Headers:
-        present = {name.lower(): value for name, value in headers}
-        if not present.get(b"content-type", b"").lower().startswith(b"text/html"):
-            return []
-        return [(name, value) for name, value in _FRAMING_HEADERS if name not in present]
+def framing_headers(scope: Scope, headers: Headers) -> Headers:
+    """The framing headers an HTML response lacks; none for anything else."""
+    present = {name.lower(): value for name, value in headers}
+    if not present.get(b"content-type", b"").lower().startswith(b"text/html"):
+        return []
+    return [(name, value) for name, value in _FRAMING_HEADERS if name not in present]

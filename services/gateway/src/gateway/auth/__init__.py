@@ -5,7 +5,9 @@ It accepts JWT session and OAuth access tokens, API keys and personal access tok
 else (missing, malformed, bad signature, `alg: none`, expired, revoked, wrong workspace) is
 Unauthenticated, whose reason tells expired (TOKEN_EXPIRED) from invalid. An HTTP request is
 then counted against the API rate limit, here (or, for GraphQL, once its operation is known:
-`admit=False`, then gateway.ratelimit.http.admit_request), so REST and GraphQL share it;
+`admit=False`, then gateway.ratelimit.http.admit_request, which every such caller must call), so
+REST and GraphQL share it; its first call is counted in the Redis round trip that reads the
+credential's entry when it can be (gateway.ratelimit.limiter), and the admission settles it;
 WebSocket operations are counted as they start (gateway.subscriptions.admission).
 """
 
@@ -16,7 +18,7 @@ from starlette.requests import HTTPConnection
 from crm.common.v1 import common_pb2
 from crmkit.workflow_origin import WORKFLOW_RUN_HEADER, WorkflowOrigin
 from gateway.auth.verify import CredentialVerifier, bearer_token
-from gateway.ratelimit.http import admit_request
+from gateway.ratelimit.http import HELD_KEY, admit_request
 from gateway.state import GatewayState, gateway_state
 
 _SCOPE_KEY = "crm.principal"
@@ -42,11 +44,16 @@ async def authenticate(
             return known
         authorization = connection.headers.get("authorization")
     state = gateway_state(connection)
-    principal = await credential_verifier(state).verify(bearer_token(authorization))
+    http = connection.scope["type"] == "http"
+    principal, counted = await credential_verifier(state).verify_counting(
+        bearer_token(authorization), state.rate_limiter if http else None
+    )
+    if counted is not None:
+        connection.scope[HELD_KEY] = counted  # settled by admit_request
     origin = connection.headers.get(WORKFLOW_RUN_HEADER)
     if origin:
         principal = _from_workflow(principal, origin, state.settings.APP_SECRET)
-    if admit and connection.scope["type"] == "http":
+    if admit and http:
         await admit_request(connection, principal)
     connection.scope[_SCOPE_KEY] = principal
     return principal

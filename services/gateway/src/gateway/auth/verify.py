@@ -1,4 +1,5 @@
-"""Bearer credential → verified Principal, with at most one Redis round trip.
+"""Bearer credential → verified Principal, with at most one Redis round trip (which, for an HTTP
+request, also counts its call against the rate limit: gateway.ratelimit.limiter).
 
 JWT access tokens are verified locally (signature, algorithm, expiry; a token already verified
 by this process is recognised without redoing the HMAC, gateway.verified_tokens); API keys and
@@ -25,7 +26,7 @@ from redis.exceptions import RedisError
 
 from crm.common.v1 import common_pb2
 from crm.identity.v1 import identity_pb2, identity_pb2_grpc
-from crmkit.errors import Unauthenticated, from_rpc_error
+from crmkit.errors import ServiceError, Unauthenticated, from_rpc_error
 from crmkit.outages import OutageLog
 from crmkit.tokens import (
     Claims,
@@ -39,7 +40,9 @@ from crmkit.tokens import (
     parse_secret_token,
 )
 from gateway.metrics import GatewayMetrics
+from gateway.ratelimit.limiter import Counted
 from gateway.redis_connection import PipelinedRedis
+from gateway.state import RateLimit
 from gateway.verified_tokens import VerifiedTokens
 
 log = logging.getLogger("gateway.auth")
@@ -94,30 +97,47 @@ class CredentialVerifier:
         self._outage_answers: dict[tuple[str, str], tuple[common_pb2.Principal, float]] = {}
 
     async def verify(self, token: str) -> common_pb2.Principal:
+        principal, _ = await self.verify_counting(token, None)
+        return principal
+
+    async def verify_counting(
+        self, token: str, limiter: RateLimit | None
+    ) -> tuple[common_pb2.Principal, Counted | None]:
+        """The principal and, with a limiter, the call it counted in the round trip that read
+        the credential's entry (None when it could not: see gateway.ratelimit.limiter). A
+        credential refused after that has its count taken back."""
         secret_token = parse_secret_token(token)
+        claims: Claims | None = None
         if secret_token is not None:
-            entry = await self._cached(secret_token.credential_id)
-            if entry is None:
-                return await self._resolve_uncached(
-                    identity_pb2.ResolveCredentialRequest(
-                        kind=_SECRET_KINDS[secret_token.kind],
-                        credential_id=secret_token.credential_id,
-                        secret=secret_token.secret,
-                    )
-                )
-            return self._accept(entry, secret=secret_token.secret)
-        claims = self._claims(token)
-        grant_id = grant_of(claims.jti)
-        entry = await self._cached(grant_id)
-        if entry is None:
-            return await self._resolve_uncached(
-                identity_pb2.ResolveCredentialRequest(
-                    kind=identity_pb2.CREDENTIAL_KIND_ACCESS_TOKEN,
-                    credential_id=grant_id,
-                    secret=token,
-                )
+            credential_id = secret_token.credential_id
+            request = identity_pb2.ResolveCredentialRequest(
+                kind=_SECRET_KINDS[secret_token.kind],
+                credential_id=credential_id,
+                secret=secret_token.secret,
             )
-        return self._accept(entry, claims=claims)
+        else:
+            claims = self._claims(token)
+            credential_id = grant_of(claims.jti)
+            request = identity_pb2.ResolveCredentialRequest(
+                kind=identity_pb2.CREDENTIAL_KIND_ACCESS_TOKEN,
+                credential_id=credential_id,
+                secret=token,
+            )
+        entry, counted = await self._cached(credential_id, limiter)
+        try:
+            if entry is None:
+                principal = await self._resolve_uncached(request)
+            elif secret_token is not None:
+                principal = self._accept(entry, secret=secret_token.secret)
+            else:
+                principal = self._accept(entry, claims=claims)
+        except ServiceError:
+            if limiter is not None and counted is not None:
+                await limiter.undo(counted)
+            raise
+        if limiter is not None:
+            limiter.remember(credential_id, principal)
+        return principal, counted
 
     def _claims(self, token: str) -> Claims:
         """The verified claims of an access token (the signature checked once per process)."""
@@ -147,26 +167,34 @@ class CredentialVerifier:
         self._count("cache", "OK")
         return principal
 
-    async def _cached(self, credential_id: str) -> identity_pb2.CachedCredential | None:
+    async def _cached(
+        self, credential_id: str, limiter: RateLimit | None
+    ) -> tuple[identity_pb2.CachedCredential | None, Counted | None]:
+        """The credential's cache entry (None: a miss, or Redis unreachable) and the call the
+        limiter counted with it, if it did."""
+        key = credential_cache_key(credential_id)
         try:
-            raw = await self._redis.get(credential_cache_key(credential_id))
+            if limiter is None:
+                raw, counted = await self._redis.get(key), None
+            else:
+                raw, counted = await limiter.read_counting(key, credential_id)
         except RedisError as exc:
             self._count_lookup("error")
             self._outage.failed(exc)
-            return None
+            return None, None
         if self._outage.down:
             self._outage.recovered()
             self._outage_answers.clear()
         if not isinstance(raw, bytes):
             self._count_lookup("miss")
-            return None
+            return None, counted
         self._count_lookup("hit")
         entry = identity_pb2.CachedCredential()
         try:
             entry.ParseFromString(raw)
         except DecodeError:
-            return None
-        return entry
+            return None, counted
+        return entry, counted
 
     async def _resolve_uncached(
         self, request: identity_pb2.ResolveCredentialRequest

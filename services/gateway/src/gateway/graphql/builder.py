@@ -37,11 +37,12 @@ from gateway.datamodel.model import (
     ObjectModel,
 )
 from gateway.graphql import history
+from gateway.graphql.documents import DocumentCache
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import GeneratedTypes, SchemaPart
 from gateway.graphql.records import RecordOperations, resolve_many_to_one, resolve_one_to_many
 from gateway.graphql.scalars import schema_config
-from gateway.graphql.schema import GatewaySchema, schema_extensions
+from gateway.graphql.schema import GatewaySchema
 from gateway.graphql.typemap import (
     GENERATED_MODULE,
     INPUT_SCALARS,
@@ -699,7 +700,10 @@ class WorkspaceGraphQL:
 
 
 def build_workspace_schema(
-    model: DataModel, parts: Sequence[SchemaPart], static: StaticNames
+    model: DataModel,
+    parts: Sequence[SchemaPart],
+    static: StaticNames,
+    documents: DocumentCache | None = None,
 ) -> WorkspaceGraphQL:
     builder = SchemaBuilder(model, static)
     builder.declare()
@@ -722,7 +726,7 @@ def build_workspace_schema(
         mutation=merge_types("Mutation", tuple(mutations)) if mutations else None,
         subscription=merge_types("Subscription", tuple(subscriptions)) if subscriptions else None,
         config=schema_config(),
-        extensions=schema_extensions(),
+        documents=documents,
     )
     return WorkspaceGraphQL(schema, model.fingerprint, tuple(builder.skipped))
 

@@ -31,6 +31,7 @@ from gateway.datamodel.model import DataModel
 from gateway.errors import graphql_extensions, mapping_for
 from gateway.graphql.builder import StaticNames, WorkspaceGraphQL, build_workspace_schema
 from gateway.graphql.context import GraphQLContext
+from gateway.graphql.documents import DocumentCache
 from gateway.graphql.errors import format_graphql_error, parse_quietly
 from gateway.graphql.limits import QueryAnalysis, QueryLimits, QueryTooLarge, check_request
 from gateway.graphql.parts import SchemaPart
@@ -208,12 +209,18 @@ def static_graphql_endpoint(schema: strawberry.Schema, *, development: bool) -> 
 class WorkspaceSchemas:
     """Builds (once per data model fingerprint) the schema a workspace is served with."""
 
-    def __init__(self, parts: Sequence[SchemaPart], static: StaticNames) -> None:
+    def __init__(
+        self,
+        parts: Sequence[SchemaPart],
+        static: StaticNames,
+        documents: DocumentCache | None = None,
+    ) -> None:
         self.parts = tuple(parts)
         self.static = static
+        self.documents = documents if documents is not None else DocumentCache()
 
     def build(self, model: DataModel) -> WorkspaceGraphQL:
-        return build_workspace_schema(model, self.parts, self.static)
+        return build_workspace_schema(model, self.parts, self.static, self.documents)
 
     def for_model(self, state: GatewayState, model: DataModel) -> WorkspaceGraphQL:
         return state.models.derived(GRAPHQL_SCHEMA, model, self.build)

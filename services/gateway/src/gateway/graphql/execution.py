@@ -1,56 +1,235 @@
 """The executor of every gateway schema: graphql-core's (through Strawberry's), with a shorter
-path for the fields that make up most of an answer.
+path for the parts of an answer that are plain data.
 
 A record's scalar fields (a list of 20 people selecting 10 fields is 200 of them) are "basic"
 Strawberry fields: no resolver of their own, no arguments, no extensions; their value is the
-record's key. graphql-core still builds a path, a resolve info and a completion per field. Such a
-field is read and coerced here directly, with the same resolver and the same scalar coercion, and
-an object whose selected fields are all such fields is answered as one dict. Anything else (a
-relation, a field with arguments, `__typename`, a null in a non-null field, a value the scalar
-refuses, field middleware) takes graphql-core's own path, which also reports its errors.
+record's key. graphql-core still builds a path, a resolve info and a completion per field, and a
+completion per object and list item. Here a selection set whose every field is plain is compiled
+once per request into a plan (fields read with their own default resolver, scalars coerced by
+their own type, objects and lists of objects below them compiled the same way, `__typename`
+answered by the type), and each object of that shape is answered by running the plan: a page's
+connection, its edges and their nodes in one pass. A field of a mixed object is still answered
+directly when it is a plain scalar. Anything else (a relation, a field with arguments or with a
+directive other than @include/@skip, an abstract type, a type with `is_type_of`, nested lists,
+field middleware) takes graphql-core's own path, and so does any object where a plan meets a
+value it cannot answer as graphql-core would (a null in a non-null field, a value a scalar
+refuses, an error or awaitable as a value): graphql-core then completes that object again
+from its source, and reports the errors (docs/decisions.md, GraphQL execution of plain fields).
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from graphql import GraphQLEnumType, GraphQLNonNull, GraphQLObjectType, GraphQLScalarType
+from graphql import (
+    GraphQLEnumType,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLScalarType,
+)
 from graphql.pyutils import Undefined
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+from strawberry.schema.schema_converter import GraphQLCoreConverter
+
+from gateway.graphql.scalars import resolve_attribute
 
 _LEAF_TYPES = (GraphQLScalarType, GraphQLEnumType)
-_NOT_PLAIN = object()  # the field needs graphql-core's own path
+# Values of these types are neither errors nor awaitables (what graphql-core checks a value for).
+_DATA_TYPES = frozenset({str, int, float, bool, dict, list})
+_NOT_PLAIN = object()  # the field or object needs graphql-core's own path
+_SELECTION_DIRECTIVES = frozenset({"include", "skip"})  # already applied when fields are collected
+_BASIC_RESOLVER = "_get_basic_result"  # Strawberry's resolver of a basic field
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    """How one response key of a plain selection set is answered."""
+
+    key: str
+    resolve: Callable[..., Any] | None  # None: `__typename`
+    # The dict key the resolver reads (scalars.resolve_attribute) when the source is a dict.
+    item: str | None
+    typename: str
+    non_null: bool
+    is_list: bool
+    item_non_null: bool
+    coerce: Callable[[Any], Any] | None  # a scalar's (or list of scalars'); None: an object
+    plan: tuple[_Field, ...] | None  # the object's (or list items') selection set
+
+
+_Plan = tuple[_Field, ...]
+
+
+def _dict_key(field_def: Any) -> str | None:
+    """The key a basic field's resolver reads from a dict source: its Python name, when it
+    resolves with scalars.resolve_attribute (every gateway schema's default resolver)."""
+    strawberry_field = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if getattr(strawberry_field, "default_resolver", None) is not resolve_attribute:
+        return None
+    name = getattr(strawberry_field, "python_name", None)
+    return name if isinstance(name, str) else None
+
+
+def _basic_resolver(parent_type: GraphQLObjectType, name: str) -> Any:
+    field_def = parent_type.fields.get(name)
+    if field_def is None:
+        return None
+    resolve = field_def.resolve
+    if resolve is None or not getattr(resolve, "_is_default", False):
+        return None
+    if getattr(resolve, "__name__", "") != _BASIC_RESOLVER:
+        return None  # a field with extensions: they need a resolve info
+    return field_def
 
 
 class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # (parent type, selection set) -> the plan (None: not plain), for this request only;
+        # the selection set is kept alive with it, as graphql-core's own memo of subfields does.
+        self._plans: dict[tuple[int, int], tuple[Any, Any, _Plan | None]] = {}
+
+    # -- plans ----------------------------------------------------------------------------------
+
+    def _plan(self, parent_type: GraphQLObjectType, grouped_field_set: Any) -> _Plan | None:
+        memo = (id(parent_type), id(grouped_field_set))
+        known = self._plans.get(memo)
+        if known is not None:
+            return known[2]
+        plan = self._compile(parent_type, grouped_field_set)
+        self._plans[memo] = (parent_type, grouped_field_set, plan)
+        return plan
+
+    def _compile(self, parent_type: GraphQLObjectType, grouped_field_set: Any) -> _Plan | None:
+        fields: list[_Field] = []
+        for key, details in grouped_field_set.items():
+            node = details[0].node
+            if node.arguments or any(
+                directive.name.value not in _SELECTION_DIRECTIVES
+                for directive in node.directives or ()
+            ):
+                return None
+            name = node.name.value
+            if name == "__typename":
+                fields.append(
+                    _Field(key, None, None, parent_type.name, True, False, False, None, None)
+                )
+                continue
+            field_def = _basic_resolver(parent_type, name)
+            if field_def is None:
+                return None
+            field = self._compile_field(key, field_def, details)
+            if field is None:
+                return None
+            fields.append(field)
+        return tuple(fields)
+
+    def _compile_field(self, key: str, field_def: Any, details: Any) -> _Field | None:
+        field_type = field_def.type
+        non_null = isinstance(field_type, GraphQLNonNull)
+        field_type = field_type.of_type if non_null else field_type
+        is_list = isinstance(field_type, GraphQLList)
+        item_non_null = False
+        if is_list:
+            field_type = field_type.of_type
+            item_non_null = isinstance(field_type, GraphQLNonNull)
+            field_type = field_type.of_type if item_non_null else field_type
+        resolve, item = field_def.resolve, _dict_key(field_def)
+        if isinstance(field_type, _LEAF_TYPES):
+            coerce = field_type.coerce_output_value
+            return _Field(key, resolve, item, "", non_null, is_list, item_non_null, coerce, None)
+        if not isinstance(field_type, GraphQLObjectType) or field_type.is_type_of is not None:
+            return None  # abstract types, nested lists, checked types: graphql-core's path
+        grouped, defer_usages, _ = self.collect_subfields(field_type, details)
+        if defer_usages:
+            return None
+        plan = self._plan(field_type, grouped)
+        if plan is None:
+            return None
+        return _Field(key, resolve, item, "", non_null, is_list, item_non_null, None, plan)
+
+    def _run(self, plan: _Plan, source: Any) -> Any:
+        """The completed object, or _NOT_PLAIN."""
+        result: dict[str, Any] = {}
+        is_dict = type(source) is dict
+        for field in plan:
+            resolve = field.resolve
+            if resolve is None:
+                result[field.key] = field.typename
+                continue
+            if is_dict and field.item is not None:
+                value = source.get(field.item)
+            else:
+                try:
+                    value = resolve(source, None)
+                except Exception:  # graphql-core's path reports it
+                    return _NOT_PLAIN
+            if value is None:
+                if field.non_null:
+                    return _NOT_PLAIN
+                result[field.key] = None
+                continue
+            if field.is_list:
+                if type(value) is not list:
+                    return _NOT_PLAIN
+                items: list[Any] = []
+                for item in value:
+                    if item is None:
+                        if field.item_non_null:
+                            return _NOT_PLAIN
+                        items.append(None)
+                        continue
+                    done = self._complete(field, item)
+                    if done is _NOT_PLAIN:
+                        return _NOT_PLAIN
+                    items.append(done)
+                result[field.key] = items
+                continue
+            done = self._complete(field, value)
+            if done is _NOT_PLAIN:
+                return _NOT_PLAIN
+            result[field.key] = done
+        return result
+
+    def _complete(self, field: _Field, value: Any) -> Any:
+        """A non-null value of `field` (or of one of its list items) completed, or _NOT_PLAIN."""
+        if type(value) not in _DATA_TYPES and (
+            isinstance(value, Exception) or inspect.isawaitable(value)
+        ):
+            return _NOT_PLAIN
+        coerce = field.coerce
+        if coerce is None:
+            assert field.plan is not None
+            return self._run(field.plan, value)
+        try:
+            coerced = coerce(value)
+        except Exception:  # graphql-core's path reports it
+            return _NOT_PLAIN
+        return _NOT_PLAIN if coerced is None or coerced is Undefined else coerced
+
+    # -- graphql-core's entry points ------------------------------------------------------------
+
+    def _plain_resolvers(self) -> bool:
+        middleware = self.middleware_manager
+        return middleware is None or not middleware.middlewares
+
     def _plain_value(self, parent_type: GraphQLObjectType, source: Any, details: Any) -> Any:
         """The completed value of a basic scalar field, or _NOT_PLAIN."""
         node = details[0].node
         if node.arguments:
             return _NOT_PLAIN
-        field_def = parent_type.fields.get(node.name.value)
+        field_def = _basic_resolver(parent_type, node.name.value)
         if field_def is None:
             return _NOT_PLAIN
-        resolve = field_def.resolve
-        if resolve is None or not getattr(resolve, "_is_default", False):
+        field = self._compile_field(node.name.value, field_def, details)
+        if field is None or field.coerce is None or field.is_list:
             return _NOT_PLAIN
-        field_type = field_def.type
-        non_null = isinstance(field_type, GraphQLNonNull)
-        leaf = field_type.of_type if non_null else field_type
-        if not isinstance(leaf, _LEAF_TYPES):
-            return _NOT_PLAIN
-        try:
-            value = resolve(source, None)
-            if value is None:
-                return _NOT_PLAIN if non_null else None
-            coerced = leaf.coerce_output_value(value)
-        except Exception:  # graphql-core's path reports it
-            return _NOT_PLAIN
-        return _NOT_PLAIN if coerced is None or coerced is Undefined else coerced
-
-    def _plain_resolvers(self) -> bool:
-        middleware = self.middleware_manager
-        return middleware is None or not middleware.middlewares
+        result = self._run((field,), source)
+        return _NOT_PLAIN if result is _NOT_PLAIN else result[field.key]
 
     def execute_fields(
         self,
@@ -61,14 +240,11 @@ class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
         position_context: Any,
     ) -> Any:
         if self._plain_resolvers():
-            results: dict[str, Any] = {}
-            for response_name, details in grouped_field_set.items():
-                value = self._plain_value(parent_type, source_value, details)
-                if value is _NOT_PLAIN:
-                    break
-                results[response_name] = value
-            else:
-                return results
+            plan = self._plan(parent_type, grouped_field_set)
+            if plan is not None:
+                result = self._run(plan, source_value)
+                if result is not _NOT_PLAIN:
+                    return result
         return super().execute_fields(
             parent_type, source_value, path, grouped_field_set, position_context
         )

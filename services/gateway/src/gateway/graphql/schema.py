@@ -4,16 +4,17 @@ names are the ones the generated workspace schemas must avoid)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.extensions import ParserCache, SchemaExtension, ValidationCache
 from strawberry.tools import merge_types
 from strawberry.types import ExecutionContext
+from strawberry.types.graphql import OperationType
 
 from crmkit.errors import Internal, ServiceError
+from gateway.graphql.documents import DocumentCache
 from gateway.graphql.errors import is_request_error
 from gateway.graphql.execution import GatewayExecutionContext
 from gateway.graphql.parts import SchemaPart
@@ -21,25 +22,42 @@ from gateway.graphql.scalars import schema_config
 
 log = logging.getLogger("gateway.graphql")
 
-# Clients send the same few query texts over and over: their parsed documents and validation
-# results are kept (bounded LRU, shared by every schema; validation is keyed by schema too).
-DOCUMENT_CACHE_SIZE = 512
-
-
-def schema_extensions() -> list[Callable[[], SchemaExtension]]:
-    return [
-        lambda: ParserCache(maxsize=DOCUMENT_CACHE_SIZE),
-        lambda: ValidationCache(maxsize=DOCUMENT_CACHE_SIZE),
-    ]
-
 
 class GatewaySchema(strawberry.Schema):
     """Logs only what went wrong on our side: a client's mistake is answered, not logged;
-    executes with gateway.graphql.execution's shorter path for plain scalar fields."""
+    executes with gateway.graphql.execution's shorter path for plain fields; takes parsed and
+    validated documents from the process's DocumentCache (its own when none is given)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, documents: DocumentCache | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("execution_context_class", GatewayExecutionContext)
         super().__init__(*args, **kwargs)
+        self._documents = documents if documents is not None else DocumentCache()
+
+    def _create_execution_context(
+        self,
+        query: str | None,
+        allowed_operation_types: Iterable[OperationType],
+        variable_values: dict[str, Any] | None = None,
+        context_value: Any | None = None,
+        root_value: Any | None = None,
+        operation_name: str | None = None,
+        operation_extensions: dict[str, Any] | None = None,
+    ) -> ExecutionContext:
+        context = super()._create_execution_context(
+            query,
+            allowed_operation_types,
+            variable_values,
+            context_value,
+            root_value,
+            operation_name,
+            operation_extensions,
+        )
+        if query:
+            prepared = self._documents.prepared(self._schema, query, context.validation_rules)
+            if prepared is not None:  # else Strawberry parses it and reports the syntax error
+                context.graphql_document = prepared[0]
+                context.pre_execution_errors = list(prepared[1])  # validated already
+        return context
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
@@ -54,7 +72,10 @@ class GatewaySchema(strawberry.Schema):
 
 
 def build_static_schema(
-    parts: Sequence[SchemaPart], *, metadata_only: bool = False
+    parts: Sequence[SchemaPart],
+    *,
+    metadata_only: bool = False,
+    documents: DocumentCache | None = None,
 ) -> strawberry.Schema:
     chosen = [part for part in parts if part.metadata or not metadata_only]
     queries = tuple(part.query for part in chosen if part.query is not None)
@@ -65,5 +86,5 @@ def build_static_schema(
         mutation=merge_types("Mutation", mutations) if mutations else None,
         subscription=merge_types("Subscription", subscriptions) if subscriptions else None,
         config=schema_config(),
-        extensions=schema_extensions(),
+        documents=documents,
     )

@@ -7,11 +7,13 @@ from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
 from crm.common.v1 import common_pb2
+from gateway.ratelimit.limiter import Counted
 from gateway.ratelimit.window import Decision
-from gateway.response_headers import Headers, ResponseHeadersMiddleware
+from gateway.response_headers import Headers
 from gateway.state import gateway_state
 
 DECISION_KEY = "crm.ratelimit"
+HELD_KEY = "crm.ratelimit.held"  # the call counted with the credential's entry, if it was
 
 
 async def admit_request(
@@ -19,7 +21,12 @@ async def admit_request(
 ) -> None:
     """Count the request as `calls` calls; ResourceExhausted (429, RATE_LIMIT_EXCEEDED) when
     over the limit."""
-    decision = await gateway_state(connection).rate_limiter.check(principal, calls)
+    limiter = gateway_state(connection).rate_limiter
+    held = connection.scope.pop(HELD_KEY, None)
+    if isinstance(held, Counted):
+        decision = await limiter.settle(held, principal, calls)
+    else:
+        decision = await limiter.check(principal, calls)
     if decision is None:
         return  # Redis unreachable: admitted, and no numbers to report
     connection.scope[DECISION_KEY] = decision
@@ -27,9 +34,8 @@ async def admit_request(
         raise decision.error()
 
 
-class RateLimitHeadersMiddleware(ResponseHeadersMiddleware):
-    """Adds the request's rate-limit headers to its response, if it was counted."""
-
-    def added_headers(self, scope: Scope, headers: Headers) -> Headers:
-        decision = scope.get(DECISION_KEY)
-        return list(decision.headers()) if isinstance(decision, Decision) else []
+def rate_limit_headers(scope: Scope, headers: Headers) -> Headers:
+    """The request's rate-limit headers, if it was counted (added to its response by
+    gateway.response_headers.ResponseMiddleware)."""
+    decision = scope.get(DECISION_KEY)
+    return decision.headers() if isinstance(decision, Decision) else []
