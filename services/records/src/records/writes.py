@@ -58,28 +58,61 @@ async def create(
     if not rows:
         return []
     await links.require_readable_targets(connection, ctx, obj, rows)
-    columns = _insert_columns(obj)
     params = Params()
-    payload = params.add([row.columns for row in rows], "json")
-    column_list = ", ".join(quote(c) for c in columns)
     shown = obj.json_expression("t", names) if names else "NULL::json"
     sql = (
+        _insert_sql(ctx, obj, rows, params, obj.json_expression("t"), shown, events=events)
+        + " SELECT s.id::text, coalesce(s.shown, s.after)::text FROM ins s"
+    )
+    found = await _run(connection, sql, params, obj, rows)
+    by_id = {row[0]: row[1] for row in found}
+    return [Written(row.columns["id"], by_id[row.columns["id"]], []) for row in rows]
+
+
+async def insert(
+    connection: Any, ctx: RequestContext, obj: ObjectModel, rows: list[Prepared], *, events: bool
+) -> int:
+    """`create` for a caller that shows no record (an import): the same rows, outbox and
+    history, answering only how many were inserted. The record JSON is built for the outbox
+    alone: not at all without events."""
+    if not rows:
+        return 0
+    await links.require_readable_targets(connection, ctx, obj, rows)
+    params = Params()
+    after = obj.json_expression("t") if events else "NULL::json"
+    sql = _insert_sql(ctx, obj, rows, params, after, "NULL::json", events=events)
+    found = await _run(connection, sql + " SELECT count(*) FROM ins", params, obj, rows)
+    count: int = found[0][0]
+    return count
+
+
+def _insert_sql(
+    ctx: RequestContext,
+    obj: ObjectModel,
+    rows: list[Prepared],
+    params: Params,
+    after: str,
+    shown: str,
+    *,
+    events: bool,
+) -> str:
+    """`WITH ins AS (INSERT ...), <outbox>, <history>` of `rows`; `ins` exposes id, after,
+    before (NULL) and shown."""
+    columns = _insert_columns(obj)
+    payload = params.add([row.columns for row in rows], "json")
+    column_list = ", ".join(quote(c) for c in columns)
+    return (
         f'WITH ins AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
         f"SELECT {column_list}, {NOW}, {NOW} "
         f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
-        f"RETURNING t.id, {obj.json_expression('t')} AS after, NULL::json AS before, "
-        f"{shown} AS shown), "
+        f"RETURNING t.id, {after} AS after, NULL::json AS before, {shown} AS shown), "
         + outbox.outbox_cte(
             "ob", "ins", obj, ctx.principal, params, action=outbox.CREATED, cause=outbox.WRITE,
             events=events,
         )
         + ", "
         + history.history_cte("hi", "ins", obj, ctx.principal, params, action=history.CREATED)
-        + " SELECT s.id::text, coalesce(s.shown, s.after)::text FROM ins s"
     )  # fmt: skip
-    found = await _run(connection, sql, params, obj, rows)
-    by_id = {row[0]: row[1] for row in found}
-    return [Written(row.columns["id"], by_id[row.columns["id"]], []) for row in rows]
 
 
 async def _run(
