@@ -23,7 +23,7 @@ import orjson
 from crm.common.v1 import common_pb2
 from crmkit import authz
 from crmkit.db import DATABASE_UNAVAILABLE
-from crmkit.errors import ServiceError, Unavailable
+from crmkit.errors import AlreadyExists, ServiceError, Unavailable
 from crmkit.outages import OutageLog
 from records import import_columns, import_jobs, inputs, upserts, writes
 from records.cache import SchemaCache
@@ -49,6 +49,9 @@ class _Job:
     match: FieldModel | None
     events: bool
     rows: RowPreparer
+    # A create import that met a unique value a record already holds (a file imported again):
+    # its batches look such rows up before writing, rather than failing on them one by one.
+    held_values: bool = False
 
 
 @dataclass
@@ -359,7 +362,12 @@ async def _write(
 ) -> None:
     """Writes `pending` in one statement; a row the statement refuses is rejected and the rest
     written again (in a savepoint each time)."""
+    checked = False
     while pending:
+        if job.held_values and not checked:
+            pending = await _drop_held(connection, job, pending, batch)
+            checked = True
+            continue
         try:
             async with connection.transaction():
                 rows = [prepared for _, prepared in pending]
@@ -382,6 +390,9 @@ async def _write(
                 for single in pending:
                     await _write(connection, job, [single], batch)
                 return
+            if isinstance(exc, AlreadyExists) and job.match is None and not checked:
+                job.held_values = True  # from now on, and for the rest of this batch
+                continue
             repeats = _repeats(job, pending, index, found.group(2) if found else "")
             if len(repeats) > 1:
                 # A value repeated within the batch: the earliest line keeps it.
@@ -395,6 +406,18 @@ async def _write(
                 continue
             batch.reject(pending[index][0], exc)
             del pending[index]
+
+
+async def _drop_held(
+    connection: Any, job: _Job, pending: list[tuple[int, Prepared]], batch: _Batch
+) -> list[tuple[int, Prepared]]:
+    """Rejects the rows whose unique value a live record holds (as the insert would); the
+    others are kept."""
+    held = await writes.held_unique_values(connection, job.obj, [row for _, row in pending])
+    for index, item in held.items():
+        path = f"[{index}].{item.name}"  # reported as the statement's own refusal would be
+        batch.reject(pending[index][0], writes.already_exists(job.obj, item.name, path))
+    return [entry for index, entry in enumerate(pending) if index not in held]
 
 
 def _repeats(job: _Job, pending: list[tuple[int, Prepared]], index: int, name: str) -> list[int]:

@@ -15,7 +15,7 @@ from crmkit.authz import Access
 from crmkit.errors import AlreadyExists, InvalidArgument, NotFound
 from records import history, links, outbox
 from records.context import RequestContext
-from records.ddl import foreign_key_name, unique_index_name
+from records.ddl import foreign_key_name, has_unique_index, unique_index_name, unique_over_md5
 from records.inputs import Prepared
 from records.model import FieldModel, ObjectModel
 from records.reads import joined, parse_id, where_clause
@@ -173,9 +173,46 @@ def _unique_error(
         item = obj.field("id")
     name = item.name if item is not None else "id"
     path = _field_path(rows, item, name, exc.detail or "")
+    return already_exists(obj, name, path)
+
+
+def already_exists(obj: ObjectModel, name: str, path: str) -> AlreadyExists:
+    """The refusal of a value of unique field `name` that a live record holds."""
     return AlreadyExists(
         f"{path}: a {obj.name_singular} with this {name} already exists", field=path
     )
+
+
+async def held_unique_values(
+    connection: Any, obj: ObjectModel, rows: list[Prepared]
+) -> dict[int, FieldModel]:
+    """Rows (by index) of which a unique field's value is held by a live record, with that
+    field (the first such in field order): one query per unique field, where inserting would
+    meet the rows one failed statement at a time."""
+    held: dict[int, FieldModel] = {}
+    for item in obj.stored_fields:
+        if item.name == "id" or not has_unique_index(item):
+            continue
+        column = item.column
+        wanted = [
+            {"v": row.columns[column], "i": i}
+            for i, row in enumerate(rows)
+            if i not in held and row.columns.get(column) is not None
+        ]
+        if not wanted:
+            continue
+        params = Params()
+        payload = params.add(wanted, "json")
+        name = quote(column)
+        mine, theirs = ("md5(t.{0})", "md5(x.v)") if unique_over_md5(item) else ("t.{0}", "x.v")
+        found = await connection.fetch(
+            f"SELECT DISTINCT x.i FROM json_to_recordset({payload}) AS "
+            f"x(v {item.columns[0].sql_type}, i int) JOIN {obj.table} t "
+            f'ON {mine.format(name)} = {theirs} WHERE t."deletedAt" IS NULL',
+            *params.values,
+        )
+        held.update((row[0], item) for row in found)
+    return held
 
 
 def _target_cte(obj: ObjectModel, where: list[str], lock: bool = True) -> str:
