@@ -1,11 +1,15 @@
 """Runs queued import jobs: each batch of rows is written (through the normal create or upsert
 statements, so validation, access and events are those of the API) in one transaction with its
 rejections and the job's counters, so a job resumes exactly where its last batch committed.
+The next batch is read and checked (`import_rows`, in the reader's thread) while one is written;
+a batch read ahead and not committed is read again when the job resumes.
 
 A job is taken under a session advisory lock held by the worker's own connection: a process that
 dies releases it with its connection, and another worker (or the restarted one) resumes the job.
 A row the database refuses (a duplicate unique value, a missing relation) is rejected and the
-batch retried without it, inside a savepoint: a batch is never half applied.
+batch retried without it, inside a savepoint: a batch is never half applied. Once a create
+import has met a value a record holds, its batches look their unique values up first, so a file
+imported again costs a query per batch rather than a failed statement per row.
 """
 
 from __future__ import annotations
