@@ -17,11 +17,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
 import psutil
+
+if TYPE_CHECKING:
+    from crmstack.stack import Stack
 
 
 @dataclass
@@ -345,6 +348,92 @@ class TreeCpu:
         return split
 
 
+class TreeMemory:
+    """Peak growth of each process's resident memory while sampling, by part of the stack (each
+    root with its descendants, as TreeCpu). Counted without shared memory (RSS minus RssShmem):
+    a PostgreSQL backend touching the shared buffers grows its RSS by pages it does not own."""
+
+    def __init__(self, roots: dict[str, list[int]], interval: float = 0.2) -> None:
+        self.roots = roots
+        self.interval = interval
+        self.before: dict[int, int] = {}
+        self.peak: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def _private(pid: int) -> int | None:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return None
+        kb = {
+            key: int(value.split()[0])
+            for key, _, value in (line.partition(":") for line in status.splitlines())
+            if key in ("VmRSS", "RssShmem")
+        }
+        return (kb.get("VmRSS", 0) - kb.get("RssShmem", 0)) * 1024
+
+    def _tree(self) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for name, pids in self.roots.items():
+            for pid in pids:
+                try:
+                    root = psutil.Process(pid)
+                    tree = [root, *root.children(recursive=True)]
+                except psutil.Error:
+                    continue
+                found.setdefault(name, []).extend(process.pid for process in tree)
+        return found
+
+    def _sample(self) -> None:
+        for name, pids in self._tree().items():
+            for pid in pids:
+                size = self._private(pid)
+                if size is None:
+                    continue
+                # A process started meanwhile (a new backend) grows from nothing.
+                grown = size - self.before.setdefault(pid, 0)
+                self.peak[name] = max(self.peak.get(name, 0), grown)
+
+    async def _loop(self) -> None:
+        while True:
+            self._sample()
+            await asyncio.sleep(self.interval)
+
+    def start(self) -> None:
+        for pids in self._tree().values():
+            for pid in pids:
+                size = self._private(pid)
+                if size is not None:
+                    self.before[pid] = size
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> dict[str, float]:
+        """MB by which the most grown process of each part grew."""
+        if self._task is not None:
+            self._task.cancel()
+        self._sample()
+        return {name: round(grown / 2**20, 1) for name, grown in self.peak.items()}
+
+
+INFRA_NAMES = {"postgres": "postgres", "nats": "nats", "redis": "valkey"}
+
+
+def stack_processes(stack: Stack) -> dict[str, list[int]]:
+    """Every process of the stack by part (the services, PostgreSQL, NATS, Valkey): what the
+    throughput rows split their CPU over. PostgreSQL's backends are the postmaster's children."""
+    parts = {
+        name: [i.process.pid for i in instances if i.process.pid]
+        for name, instances in stack.instances.items()
+    }
+    if stack.infra is not None:
+        for server, name in INFRA_NAMES.items():
+            found = stack.infra.servers.get(server)
+            if found is not None and found.process.pid:
+                parts[name] = [found.process.pid]
+    return parts
+
+
 def p50_over_floor(limit_ms: float) -> tuple[str, Callable[[Result], bool]]:
     """Budget: p50 at most `limit_ms` above the floor's p50."""
 
@@ -431,6 +520,7 @@ def main_on_own_stack(
                 for name, instances in stack.instances.items()
                 if name in ("gateway", "records", "webhooks", "workflows")
             },
+            process_pids=stack_processes(stack),
         )
         results: list[Result] = asyncio.run(run(context))
     finally:

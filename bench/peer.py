@@ -38,8 +38,15 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from bench import bench_throughput as throughput
 from bench import wrk
-from bench.benchlib import BenchContext, Result, TreeCpu, format_table, write_json
-from bench.run import BENCH_ENV, RESULTS, machine, stack_processes
+from bench.benchlib import (
+    BenchContext,
+    Result,
+    TreeCpu,
+    format_table,
+    stack_processes,
+    write_json,
+)
+from bench.run import BENCH_ENV, RESULTS, machine
 from bench.seed import SMOKE
 from crmstack.stack import Stack, StackConfig
 

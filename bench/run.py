@@ -38,7 +38,7 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from bench import seed as seeding
-from bench.benchlib import BenchContext, Result, format_table, write_json
+from bench.benchlib import BenchContext, Result, format_table, stack_processes, write_json
 from bench.profiling import Profiler
 from bench.settle import settle
 from crmstack.ports import free_port
@@ -163,24 +163,6 @@ def machine(smoke: bool, sizes: seeding.Sizes, durable: bool) -> dict[str, Any]:
         },
         "client": "one asyncio process (uvloop, aiohttp, asyncpg) on the same machine",
     }
-
-
-INFRA_NAMES = {"postgres": "postgres", "nats": "nats", "redis": "valkey"}
-
-
-def stack_processes(stack: Stack) -> dict[str, list[int]]:
-    """Every process of the stack by part (the services, PostgreSQL, NATS, Valkey): what the
-    throughput rows split their CPU over. PostgreSQL's backends are the postmaster's children."""
-    parts = {
-        name: [i.process.pid for i in instances if i.process.pid]
-        for name, instances in stack.instances.items()
-    }
-    if stack.infra is not None:
-        for server, name in INFRA_NAMES.items():
-            found = stack.infra.servers.get(server)
-            if found is not None and found.process.pid:
-                parts[name] = [found.process.pid]
-    return parts
 
 
 class ExtraGateways:

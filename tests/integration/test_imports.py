@@ -127,6 +127,56 @@ def test_ndjson_rejections_name_line_field_and_reason_and_download_whole(api: Ap
     assert [row.split(",")[0] for row in rows[1:]] == ["2", "4", "5", "6", "7"]
 
 
+def test_csv_rows_of_plain_columns_are_checked_like_the_api_with_line_field_and_reason(
+    api: Api,
+) -> None:
+    body = (
+        b"externalId,firstName,score\r\n"
+        b"k-1,Ada,1.5\r\n"
+        b"k-2,Bob,many\r\n"  # not a number
+        b"k-3,Cy\r\n"  # a cell missing
+        b"k-4,,\r\n"  # empty cells are null
+        b'k-5,"Nul\x00",3\r\n'  # text the API refuses
+        b"k-6,Eve,1e400\r\n"  # not finite
+    )
+    job = _wait(api, _start(api, "/rest/imports/people", body)["id"])
+    assert (job["state"], job["rowsRead"], job["rowsWritten"]) == ("succeeded", 6, 2), job
+    assert [(r["line"], r["field"], r["reason"]) for r in job["firstRejections"]] == [
+        (3, "score", "score: not a number"),
+        (4, "row", "row: 2 columns where the header has 3"),
+        (6, "firstName", "firstName: text cannot contain the NUL character"),
+        (7, "score", "score: not a finite number"),
+    ]
+    people = _people(api)
+    assert set(people) == {"k-1", "k-4"}
+    assert (people["k-1"]["firstName"], people["k-1"]["score"]) == ("Ada", 1.5)
+    assert (people["k-4"]["firstName"], people["k-4"]["score"]) == (None, None)
+
+
+def test_a_file_imported_again_rejects_each_row_a_record_holds_and_writes_the_new_ones(
+    api: Api,
+) -> None:
+    first = _wait(api, _start(api, "/rest/imports/people", _csv(3000))["id"])
+    assert (first["rowsWritten"], first["rowsRejected"]) == (3000, 0)
+    # The same 3000 rows (over several batches), 499 new ones, and a new value twice.
+    body = _csv(3499) + b"p-3400,Again,1\r\n"
+    again = _wait(api, _start(api, "/rest/imports/people", body)["id"], timeout=300)
+    assert (again["state"], again["rowsRead"]) == ("succeeded", 3500), again
+    assert (again["rowsWritten"], again["rowsRejected"]) == (499, 3001), again
+    assert again["firstRejections"][0] == {
+        "line": 2,
+        "field": "externalId",
+        "reason": "a person with this externalId already exists",
+    }
+    download = api.rest("GET", f"/rest/imports/{again['id']}/rejections")
+    lines = download.text.strip().splitlines()[1:]
+    assert len(lines) == 3001
+    assert lines[-1] == "3501,externalId,the same value as line 3402"
+    people = _people(api)
+    assert len(people) == 3499
+    assert people["p-3400"]["firstName"] == "Name 3400"
+
+
 def test_refused_uploads_are_400s_that_store_nothing(api: Api) -> None:
     cases = [
         ("/rest/imports/people", b"externalId,shoeSize\r\nx,1\r\n", "shoeSize"),
@@ -181,9 +231,10 @@ def test_an_upsert_reimport_changes_nothing_and_events_can_be_off(
 
 
 def test_cancel_stops_a_running_import_and_imports_per_workspace_are_capped(api: Api) -> None:
-    first = _start(api, "/rest/imports/people", _csv(6000))
-    second = _start(api, "/rest/imports/people", _csv(10, start=10_000))
-    third = _upload(api, "/rest/imports/people", _csv(10, start=20_000))
+    total = 20_000  # enough to be still running when the cancel lands, however fast the import
+    first = _start(api, "/rest/imports/people", _csv(total))
+    second = _start(api, "/rest/imports/people", _csv(10, start=total))
+    third = _upload(api, "/rest/imports/people", _csv(10, start=total + 100))
     assert third.status_code == 429, third.text
     assert "at most 2" in third.json()["message"]
 
@@ -191,12 +242,12 @@ def test_cancel_stops_a_running_import_and_imports_per_workspace_are_capped(api:
     cancelled = api.ok("POST", f"/rest/imports/{first['id']}/cancel")["data"]
     assert cancelled["state"] == "cancelled"
     written = cancelled["rowsWritten"]
-    assert written < 6000
+    assert written < total
     assert _wait(api, second["id"])["state"] == "succeeded"
     time.sleep(1)
     final = api.ok("GET", f"/rest/imports/{first['id']}")["data"]
     assert (final["state"], final["rowsWritten"]) == ("cancelled", written)
-    assert len([k for k in _people(api) if int(k[2:]) < 6000]) == written
+    assert len([k for k in _people(api) if int(k[2:]) < total]) == written
     again = api.bad("POST", f"/rest/imports/{second['id']}/cancel")
     assert "succeeded" in again["message"]
     listed = api.ok("GET", "/rest/imports?limit=1")
@@ -209,7 +260,7 @@ def test_cancel_stops_a_running_import_and_imports_per_workspace_are_capped(api:
 def test_a_records_service_killed_mid_import_resumes_and_writes_each_row_once(
     api: Api, local_stack: Stack
 ) -> None:
-    total = 8000
+    total = 20_000  # enough to be still running when the kill lands, however fast the import
     job = _start(api, "/rest/imports/people", _csv(total))
     deadline = time.monotonic() + 120
     while api.ok("GET", f"/rest/imports/{job['id']}")["data"]["rowsWritten"] == 0:

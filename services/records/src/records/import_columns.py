@@ -10,7 +10,9 @@ skips the column.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -108,29 +110,47 @@ def header_targets(
     return targets
 
 
+# A non-empty CSV cell as the JSON value its field takes; None: the text itself.
+CellParser = Callable[[str], Any] | None
+
+
+def cell_parser(target: Target) -> CellParser:
+    """How `target`'s cells are read, chosen once (an import applies it per row)."""
+    item = target.lookup or target.item
+    if item is None:
+        return None
+    kind = item.type
+    path = target.path
+    if target.part == "amountMicros" or kind == md.FIELD_TYPE_NUMBER:
+        return partial(_number, path=path, integer=bool(target.part))
+    if kind == md.FIELD_TYPE_BOOLEAN:
+        return partial(_boolean, path=path)
+    if kind == md.FIELD_TYPE_MULTI_SELECT:
+        return partial(_options, path=path)
+    if kind == md.FIELD_TYPE_RAW_JSON or (kind == md.FIELD_TYPE_CURRENCY and not target.part):
+        return partial(_json, path=path)
+    return None
+
+
 def cell(target: Target, text: str) -> Any:
     """A CSV cell as the JSON value the field takes (empty: null)."""
     if text == "":
         return None
-    item = target.lookup or target.item
-    if item is None:
-        return text
-    kind = item.type
-    path = target.path
-    if target.part == "amountMicros" or kind == md.FIELD_TYPE_NUMBER:
-        return _number(text, path, integer=bool(target.part))
-    if kind == md.FIELD_TYPE_BOOLEAN:
-        lowered = text.strip().lower()
-        if lowered in _TRUE or lowered in _FALSE:
-            return lowered in _TRUE
-        raise values.fail(path, "a boolean is true or false")
-    if kind == md.FIELD_TYPE_MULTI_SELECT:
-        if text.startswith("["):
-            return _json(text, path)
-        return [part.strip() for part in text.split(",") if part.strip()]
-    if kind == md.FIELD_TYPE_RAW_JSON or (kind == md.FIELD_TYPE_CURRENCY and not target.part):
+    parse = cell_parser(target)
+    return text if parse is None else parse(text)
+
+
+def _boolean(text: str, path: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in _TRUE or lowered in _FALSE:
+        return lowered in _TRUE
+    raise values.fail(path, "a boolean is true or false")
+
+
+def _options(text: str, path: str) -> Any:
+    if text.startswith("["):
         return _json(text, path)
-    return text
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _number(text: str, path: str, *, integer: bool) -> Any:

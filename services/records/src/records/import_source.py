@@ -13,13 +13,14 @@ import codecs
 import csv
 import io
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from crmkit.errors import InvalidArgument
 
 CSV, NDJSON = "csv", "ndjson"
 FORMATS = (CSV, NDJSON)
 CHUNK_BYTES = 1 << 20
+T = TypeVar("T")
 MAX_HEADER_BYTES = 1 << 20
 
 # (line, cells) for CSV, (line, raw line) for NDJSON; or (line, error text) for a malformed one.
@@ -114,8 +115,19 @@ class Reader:
                 break
         return taken
 
-    async def take(self, count: int) -> list[Record]:
-        return await asyncio.to_thread(self._take, count)
+    @overload
+    async def take(self, count: int) -> list[Record]: ...
+    @overload
+    async def take(self, count: int, then: Callable[[list[Record]], T]) -> T: ...
+    async def take(self, count: int, then: Callable[[list[Record]], Any] | None = None) -> Any:
+        """The next `count` records (fewer at the end), passed through `then` in the same
+        thread when given."""
+
+        def work() -> Any:
+            taken = self._take(count)
+            return taken if then is None else then(taken)
+
+        return await asyncio.to_thread(work)
 
     async def skip(self, count: int) -> None:
         while count > 0:

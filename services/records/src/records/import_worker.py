@@ -1,11 +1,15 @@
 """Runs queued import jobs: each batch of rows is written (through the normal create or upsert
 statements, so validation, access and events are those of the API) in one transaction with its
 rejections and the job's counters, so a job resumes exactly where its last batch committed.
+The next batch is read and checked (`import_rows`, in the reader's thread) while one is written;
+a batch read ahead and not committed is read again when the job resumes.
 
 A job is taken under a session advisory lock held by the worker's own connection: a process that
 dies releases it with its connection, and another worker (or the restarted one) resumes the job.
 A row the database refuses (a duplicate unique value, a missing relation) is rejected and the
-batch retried without it, inside a savepoint: a batch is never half applied.
+batch retried without it, inside a savepoint: a batch is never half applied. Once a create
+import has met a value a record holds, its batches look their unique values up first, so a file
+imported again costs a query per batch rather than a failed statement per row.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,21 +27,20 @@ import orjson
 from crm.common.v1 import common_pb2
 from crmkit import authz
 from crmkit.db import DATABASE_UNAVAILABLE
-from crmkit.errors import ServiceError, Unavailable
+from crmkit.errors import AlreadyExists, ServiceError, Unavailable
 from crmkit.outages import OutageLog
 from records import import_columns, import_jobs, inputs, upserts, writes
 from records.cache import SchemaCache
 from records.context import RequestContext
 from records.import_columns import Row, Target
-from records.import_source import CSV, Reader
+from records.import_rows import INDEXED, PreparedBatch, Rejection, RowPreparer, rejection
+from records.import_source import Reader
 from records.inputs import Prepared, RecordIds
 from records.model import FieldModel, ObjectModel
 from records.predicates import owner_predicate
 from records.sql import Params, quote
 
 log = logging.getLogger(__name__)
-
-_INDEXED = re.compile(r"^\[(\d+)\]\.?(.*)$")
 
 
 @dataclass
@@ -49,22 +51,20 @@ class _Job:
     obj: ObjectModel
     access: authz.Access
     match: FieldModel | None
-    targets: list[Target | None]
     events: bool
+    rows: RowPreparer
+    # A create import that met a unique value a record already holds (a file imported again):
+    # its batches look such rows up before writing, rather than failing on them one by one.
+    held_values: bool = False
 
 
 @dataclass
 class _Batch:
-    rejected: list[tuple[int, str | None, str]] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
     written: int = 0
 
     def reject(self, line: int, error: ServiceError) -> None:
-        found = _INDEXED.match(error.field or "")
-        name = found.group(2) if found else error.field
-        message = error.message
-        if found:
-            message = message.removeprefix(f"{error.field}: ").removeprefix(f"[{found.group(1)}]")
-        self.rejected.append((line, name or None, message))
+        self.rejected.append(rejection(line, error))
 
 
 def _lock_key(job_id: str) -> int:
@@ -152,19 +152,34 @@ class ImportWorker:
         )
         reader = Reader(job.fmt, self._chunk_fetcher(job_id))
         await reader.skip(row["rows_read"])
-        while True:
-            records = await reader.take(self._batch_size)
-            async with connection.transaction():
-                state = await connection.fetchval(
-                    "SELECT state FROM records.import_jobs WHERE id = $1 FOR UPDATE", job_id
-                )
-                if state not in import_jobs.ACTIVE:
-                    return  # cancelled
-                if not records:
-                    await _finish(connection, job_id, import_jobs.SUCCEEDED, None)
-                    return
-                batch = await self._apply(connection, job, records)
-                await _record(connection, job_id, len(records), batch)
+        # The next batch is read and prepared (in the reader's thread) while this one is
+        # written: parsing and checks overlap the database's work.
+        upcoming = asyncio.ensure_future(reader.take(self._batch_size, job.rows.prepare))
+        try:
+            while True:
+                prepared = await upcoming
+                if prepared.read:
+                    upcoming = asyncio.ensure_future(
+                        reader.take(self._batch_size, job.rows.prepare)
+                    )
+                async with connection.transaction():
+                    state = await connection.fetchval(
+                        "SELECT state FROM records.import_jobs WHERE id = $1 FOR UPDATE", job_id
+                    )
+                    if state not in import_jobs.ACTIVE:
+                        return  # cancelled
+                    if not prepared.read:
+                        await _finish(connection, job_id, import_jobs.SUCCEEDED, None)
+                        return
+                    batch = await self._apply(connection, job, prepared)
+                    await _record(connection, job_id, prepared.read, batch)
+        finally:
+            # A batch read ahead is read again when the job resumes; its failure, if any, is
+            # the next run's to meet.
+            if not upcoming.done():
+                upcoming.cancel()
+            elif not upcoming.cancelled():
+                upcoming.exception()
 
     async def _job(self, job_id: str, row: Any) -> _Job:
         principal = common_pb2.Principal.FromString(row["principal"])
@@ -179,8 +194,16 @@ class ImportWorker:
             targets.append(
                 None if path is None else import_columns.resolve(model, obj, path, str(index))
             )
+        rows = RowPreparer(row["format"], model, obj, targets, inputs.CreatePlan(obj, access))
         return _Job(
-            job_id, row["format"], ctx, obj, access, match, targets, options.get("events", True)
+            job_id,
+            row["format"],
+            ctx,
+            obj,
+            access,
+            match,
+            options.get("events", True),
+            rows,
         )
 
     def _chunk_fetcher(self, job_id: str) -> Any:
@@ -197,32 +220,20 @@ class ImportWorker:
 
     # -- one batch ------------------------------------------------------------------------------
 
-    async def _apply(self, connection: Any, job: _Job, records: list[Any]) -> _Batch:
-        batch = _Batch()
-        rows: list[Row] = []
-        for line, payload, error in records:
-            if error:
-                batch.rejected.append((line, None, error))
-                continue
-            try:
-                if job.fmt == CSV:
-                    rows.append(import_columns.csv_row(line, job.targets, payload))
-                else:
-                    rows.append(import_columns.ndjson_row(job.ctx.model, job.obj, line, payload))
-            except ServiceError as exc:
-                batch.reject(line, exc)
-        rows = await _find_relations(connection, job, rows, batch)
-        pending: list[tuple[int, Prepared]] = []
-        for row in rows:
-            try:
-                prepared = inputs.prepare_create(job.obj, row.data, "", job.access, self._ids)
-            except ServiceError as exc:
-                batch.reject(row.line, exc)
-                continue
-            pending.append((row.line, prepared))
+    async def _apply(self, connection: Any, job: _Job, prepared: PreparedBatch) -> _Batch:
+        batch = _Batch(list(prepared.rejected))
+        ready = prepared.ready
+        if prepared.pending:
+            rows = await _find_relations(connection, job, prepared.pending, batch)
+            for row in rows:
+                try:
+                    ready.append((row.line, job.rows.create.prepare(row.data, "", self._ids)))
+                except ServiceError as exc:
+                    batch.reject(row.line, exc)
+            ready.sort(key=lambda entry: entry[0])  # file order: the earliest line keeps a value
         if job.match is not None:
-            pending = await _first_occurrences(connection, job, job.match, pending, batch)
-        await _write(connection, job, pending, batch)
+            ready = await _first_occurrences(connection, job, job.match, ready, batch)
+        await _write(connection, job, ready, batch)
         return batch
 
 
@@ -355,7 +366,12 @@ async def _write(
 ) -> None:
     """Writes `pending` in one statement; a row the statement refuses is rejected and the rest
     written again (in a savepoint each time)."""
+    checked = False
     while pending:
+        if job.held_values and not checked:
+            pending = await _drop_held(connection, job, pending, batch)
+            checked = True
+            continue
         try:
             async with connection.transaction():
                 rows = [prepared for _, prepared in pending]
@@ -365,19 +381,22 @@ async def _write(
                         events=job.events,
                     )  # fmt: skip
                 else:
-                    await writes.create(connection, job.ctx, job.obj, rows, (), events=job.events)
+                    await writes.insert(connection, job.ctx, job.obj, rows, events=job.events)
             batch.written += len(pending)
             return
         except Unavailable:
             raise
         except ServiceError as exc:
-            found = _INDEXED.match(exc.field or "")
+            found = INDEXED.match(exc.field or "")
             index = int(found.group(1)) if found else (0 if len(pending) == 1 else None)
             if index is None or index >= len(pending):
                 # Not attributable to one row: write them one by one.
                 for single in pending:
                     await _write(connection, job, [single], batch)
                 return
+            if isinstance(exc, AlreadyExists) and job.match is None and not checked:
+                job.held_values = True  # from now on, and for the rest of this batch
+                continue
             repeats = _repeats(job, pending, index, found.group(2) if found else "")
             if len(repeats) > 1:
                 # A value repeated within the batch: the earliest line keeps it.
@@ -391,6 +410,18 @@ async def _write(
                 continue
             batch.reject(pending[index][0], exc)
             del pending[index]
+
+
+async def _drop_held(
+    connection: Any, job: _Job, pending: list[tuple[int, Prepared]], batch: _Batch
+) -> list[tuple[int, Prepared]]:
+    """Rejects the rows whose unique value a live record holds (as the insert would); the
+    others are kept."""
+    held = await writes.held_unique_values(connection, job.obj, [row for _, row in pending])
+    for index, item in held.items():
+        path = f"[{index}].{item.name}"  # reported as the statement's own refusal would be
+        batch.reject(pending[index][0], writes.already_exists(job.obj, item.name, path))
+    return [entry for index, entry in enumerate(pending) if index not in held]
 
 
 def _repeats(job: _Job, pending: list[tuple[int, Prepared]], index: int, name: str) -> list[int]:

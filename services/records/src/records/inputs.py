@@ -22,11 +22,24 @@ MAX_BATCH = 1000
 
 
 class RecordIds:
-    """UUIDv7 ids: time-ordered (so id order is creation order), monotonic within a process."""
+    """UUIDv7 ids: time-ordered (so id order is creation order), monotonic within a process.
+    Random bits are read from the OS 4 KiB at a time (one system call per 512 ids)."""
+
+    _POOL_BYTES = 4096
 
     def __init__(self) -> None:
         self._last_ms = 0
         self._counter = 0
+        self._random = b""
+        self._offset = 0
+
+    def _random_bits(self) -> int:
+        if self._offset >= len(self._random):
+            self._random = os.urandom(self._POOL_BYTES)
+            self._offset = 0
+        start = self._offset
+        self._offset = start + 8
+        return int.from_bytes(self._random[start : start + 8], "big") & ((1 << 62) - 1)
 
     def new(self) -> str:
         now = time.time_ns() // 1_000_000
@@ -39,7 +52,7 @@ class RecordIds:
         else:
             self._last_ms = now
             self._counter = 0
-        random_bits = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        random_bits = self._random_bits()
         value = (now << 80) | (0x7 << 76) | (self._counter << 64) | (0b10 << 62) | random_bits
         text = f"{value:032x}"
         return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
@@ -106,37 +119,84 @@ def _check_owner(access: Access, owner: Any, path: str) -> None:
         raise PermissionDenied(f"{path}: your role may only own its own records", field=path)
 
 
+class CreatePlan:
+    """What `prepare_create` works out per object, done once for many records of it (a batch,
+    an import job): the field each key names, the defaults of fields a record leaves out, and
+    the required fields. `prepare` checks one record exactly as `prepare_create` does."""
+
+    def __init__(self, obj: ObjectModel, access: Access) -> None:
+        self.obj = obj
+        self.access = access
+        self._items: dict[str, FieldModel] = {}
+        self._defaults: dict[str, dict[str, Any]] = {}  # field name -> its default's columns
+        self._unset = [item for item in obj.writable_fields if item.name != "id"]
+        self._required = [  # every record gets an id
+            (item.name, [c.name for c in item.columns])
+            for item in obj.writable_fields
+            if not item.is_nullable and item.name != "id"
+        ]
+
+    def _field(self, key: str, path: str) -> FieldModel:
+        item = self._items.get(key)
+        if item is None:
+            item = self._items[key] = _lookup(self.obj, key, path)
+        return item
+
+    def _default(self, item: FieldModel, prefix: str) -> dict[str, Any]:
+        """The columns of `item`'s default; a default that fails its own check raises (with
+        this record's path) every time, a valid one is checked once."""
+        found = self._defaults.get(item.name)
+        if found is None:
+            holder = Prepared()
+            _set_field(self.obj, holder, item, item.name, item.default, _path(prefix, item.name))
+            found = self._defaults[item.name] = holder.columns
+        return found
+
+    def prepare(self, data: Any, prefix: str, ids: RecordIds) -> Prepared:
+        if not isinstance(data, dict):
+            raise values.fail(prefix or "data", "a record is a JSON object")
+        prepared = Prepared()
+        record_id: str | None = None
+        for key, value in data.items():
+            path = _path(prefix, key)
+            if key == "id":
+                if value is not None:
+                    record_id = values.canonical_uuid(value, path)
+                continue
+            _set_field(self.obj, prepared, self._field(key, path), key, value, path)
+        return self.complete(prepared, record_id, prefix, ids)
+
+    def complete(
+        self, prepared: Prepared, record_id: str | None, prefix: str, ids: RecordIds
+    ) -> Prepared:
+        """The record's id, the defaults of the fields it left out (`prepared.fields` names
+        those it set), then the owner and required checks."""
+        columns = prepared.columns
+        columns["id"] = record_id or ids.new()
+        given = set(prepared.fields)
+        for item in self._unset:
+            if item.name in given:
+                continue
+            if item.name == "ownerId":
+                columns["ownerId"] = self.access.owner_id or None
+            elif item.default is not MISSING and item.default is not None:
+                columns.update(self._default(item, prefix))
+                prepared.fields.append(item.name)
+            else:
+                for column in item.columns:
+                    columns.setdefault(column.name, None)
+        if self.access.own_records_only:
+            _check_owner(self.access, columns.get("ownerId"), _path(prefix, "ownerId"))
+        for name, names in self._required:
+            if all(columns.get(c) is None for c in names):
+                raise values.fail(_path(prefix, name), f"{name} is required")
+        return prepared
+
+
 def prepare_create(
     obj: ObjectModel, data: Any, prefix: str, access: Access, ids: RecordIds
 ) -> Prepared:
-    if not isinstance(data, dict):
-        raise values.fail(prefix or "data", "a record is a JSON object")
-    prepared = Prepared()
-    record_id: str | None = None
-    for key, value in data.items():
-        path = _path(prefix, key)
-        if key == "id":
-            if value is not None:
-                record_id = values.canonical_uuid(value, path)
-            continue
-        _set_field(obj, prepared, _lookup(obj, key, path), key, value, path)
-    prepared.columns["id"] = record_id or ids.new()
-    for item in obj.writable_fields:
-        if item.name in prepared.fields or item.name == "id":
-            continue
-        if item.name == "ownerId":
-            prepared.columns["ownerId"] = access.owner_id or None
-            continue
-        if item.default is not MISSING and item.default is not None:
-            _set_field(obj, prepared, item, item.name, item.default, _path(prefix, item.name))
-        else:
-            for column in item.columns:
-                prepared.columns.setdefault(column.name, None)
-    _check_owner(access, prepared.columns.get("ownerId"), _path(prefix, "ownerId"))
-    for item in obj.writable_fields:
-        if not item.is_nullable and all(prepared.columns.get(c.name) is None for c in item.columns):
-            raise values.fail(_path(prefix, item.name), f"{item.name} is required")
-    return prepared
+    return CreatePlan(obj, access).prepare(data, prefix, ids)
 
 
 def prepare_update(obj: ObjectModel, data: Any, access: Access) -> Prepared:
@@ -160,4 +220,5 @@ def prepare_batch(obj: ObjectModel, data: Any, access: Access, ids: RecordIds) -
         raise values.fail("data", "a batch is a JSON array of records")
     if len(data) > MAX_BATCH:
         raise values.fail("data", f"at most {MAX_BATCH} records per batch")
-    return [prepare_create(obj, entry, f"[{i}]", access, ids) for i, entry in enumerate(data)]
+    plan = CreatePlan(obj, access)
+    return [plan.prepare(entry, f"[{i}]", ids) for i, entry in enumerate(data)]

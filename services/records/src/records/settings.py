@@ -53,5 +53,5 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # (another upload is a 429), rows written per batch (one transaction each), and how often an
     # idle worker looks for queued jobs.
     IMPORT_MAX_CONCURRENT_PER_WORKSPACE: int = Field(default=2, ge=1)
-    IMPORT_BATCH_SIZE: int = Field(default=500, ge=1, le=1000)
+    IMPORT_BATCH_SIZE: int = Field(default=1000, ge=1, le=1000)
     IMPORT_POLL_INTERVAL: float = Field(default=1.0, gt=0)

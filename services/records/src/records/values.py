@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from collections.abc import Callable
 from datetime import UTC, date, datetime
+from functools import partial
 from typing import Any
 
 from crm.metadata.v1 import metadata_pb2 as md
@@ -181,36 +183,57 @@ def parse_currency(value: Any, path: str) -> tuple[int | None, str | None]:
     return amount, code
 
 
-def write_value(item: FieldModel, value: Any, path: str) -> Any:
-    """A non-null write value of a single-column field in canonical JSON form."""
+# A field's write check: (value, path) -> the value in canonical JSON form.
+Writer = Callable[[Any, str], Any]
+
+
+def _parse_email(value: Any, path: str) -> str:
+    text = parse_string(value, path)
+    if text and not _EMAIL.match(text):
+        raise fail(path, f"invalid email address {text[:64]!r}")
+    return text
+
+
+def _parse_options(item: FieldModel, value: Any, path: str) -> list[str]:
+    if not isinstance(value, list):
+        raise fail(path, "expected an array of option values")
+    chosen = [parse_option(item, entry, f"{path}[{i}]") for i, entry in enumerate(value)]
+    return list(dict.fromkeys(chosen))
+
+
+def _not_writable(kind: int, value: Any, path: str) -> Any:
+    raise fail(path, f"fields of type {type_name(kind)} cannot be written directly")
+
+
+def writer(item: FieldModel) -> Writer:
+    """The write check of a single-column field, chosen once (an import applies it per row)."""
     kind = item.type
     if kind in (md.FIELD_TYPE_TEXT, md.FIELD_TYPE_PHONE, md.FIELD_TYPE_LINK):
-        return parse_string(value, path)
+        return parse_string
     if kind == md.FIELD_TYPE_EMAIL:
-        text = parse_string(value, path)
-        if text and not _EMAIL.match(text):
-            raise fail(path, f"invalid email address {text[:64]!r}")
-        return text
+        return _parse_email
     if kind == md.FIELD_TYPE_NUMBER:
-        return parse_number(value, path)
+        return parse_number
     if kind == md.FIELD_TYPE_BOOLEAN:
-        return parse_boolean(value, path)
+        return parse_boolean
     if kind == md.FIELD_TYPE_DATE:
-        return parse_date(value, path)
+        return parse_date
     if kind == md.FIELD_TYPE_DATE_TIME:
-        return parse_timestamp(value, path)
+        return parse_timestamp
     if kind in (md.FIELD_TYPE_UUID, md.FIELD_TYPE_RELATION):
-        return canonical_uuid(value, path)
+        return canonical_uuid
     if kind == md.FIELD_TYPE_SELECT:
-        return parse_option(item, value, path)
+        return partial(parse_option, item)
     if kind == md.FIELD_TYPE_MULTI_SELECT:
-        if not isinstance(value, list):
-            raise fail(path, "expected an array of option values")
-        chosen = [parse_option(item, entry, f"{path}[{i}]") for i, entry in enumerate(value)]
-        return list(dict.fromkeys(chosen))
+        return partial(_parse_options, item)
     if kind == md.FIELD_TYPE_RAW_JSON:
-        return check_json(value, path)
-    raise fail(path, f"fields of type {type_name(kind)} cannot be written directly")
+        return check_json
+    return partial(_not_writable, kind)
+
+
+def write_value(item: FieldModel, value: Any, path: str) -> Any:
+    """A non-null write value of a single-column field in canonical JSON form."""
+    return writer(item)(value, path)
 
 
 def operand(kind: int, item: FieldModel | None, value: Any, path: str) -> Any:

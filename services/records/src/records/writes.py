@@ -15,7 +15,7 @@ from crmkit.authz import Access
 from crmkit.errors import AlreadyExists, InvalidArgument, NotFound
 from records import history, links, outbox
 from records.context import RequestContext
-from records.ddl import foreign_key_name, unique_index_name
+from records.ddl import foreign_key_name, has_unique_index, unique_index_name, unique_over_md5
 from records.inputs import Prepared
 from records.model import FieldModel, ObjectModel
 from records.reads import joined, parse_id, where_clause
@@ -54,25 +54,12 @@ def create_statement(
 ) -> tuple[str, Params]:
     """The statement `create` runs: the INSERT of `rows` with its outbox and history CTEs
     (bench/index_cost.py measures this very statement)."""
-    columns = _insert_columns(obj)
     params = Params()
-    payload = params.add([row.columns for row in rows], "json")
-    column_list = ", ".join(quote(c) for c in columns)
     shown = obj.json_expression("t", names) if names else "NULL::json"
     sql = (
-        f'WITH ins AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
-        f"SELECT {column_list}, {NOW}, {NOW} "
-        f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
-        f"RETURNING t.id, {obj.json_expression('t')} AS after, NULL::json AS before, "
-        f"{shown} AS shown), "
-        + outbox.outbox_cte(
-            "ob", "ins", obj, principal, params, action=outbox.CREATED, cause=outbox.WRITE,
-            events=events,
-        )
-        + ", "
-        + history.history_cte("hi", "ins", obj, principal, params, action=history.CREATED)
+        _insert_ctes(principal, obj, rows, params, obj.json_expression("t"), shown, events=events)
         + " SELECT s.id::text, coalesce(s.shown, s.after)::text FROM ins s"
-    )  # fmt: skip
+    )
     return sql, params
 
 
@@ -94,6 +81,52 @@ async def create(
     found = await _run(connection, sql, params, obj, rows)
     by_id = {row[0]: row[1] for row in found}
     return [Written(row.columns["id"], by_id[row.columns["id"]], []) for row in rows]
+
+
+async def insert(
+    connection: Any, ctx: RequestContext, obj: ObjectModel, rows: list[Prepared], *, events: bool
+) -> int:
+    """`create` for a caller that shows no record (an import): the same rows, outbox and
+    history, answering only how many were inserted. The record JSON is built for the outbox
+    alone: not at all without events."""
+    if not rows:
+        return 0
+    await links.require_readable_targets(connection, ctx, obj, rows)
+    params = Params()
+    after = obj.json_expression("t") if events else "NULL::json"
+    sql = _insert_ctes(ctx.principal, obj, rows, params, after, "NULL::json", events=events)
+    found = await _run(connection, sql + " SELECT count(*) FROM ins", params, obj, rows)
+    count: int = found[0][0]
+    return count
+
+
+def _insert_ctes(
+    principal: common_pb2.Principal,
+    obj: ObjectModel,
+    rows: list[Prepared],
+    params: Params,
+    after: str,
+    shown: str,
+    *,
+    events: bool,
+) -> str:
+    """`WITH ins AS (INSERT ...), <outbox>, <history>` of `rows`; `ins` exposes id, after,
+    before (NULL) and shown."""
+    columns = _insert_columns(obj)
+    payload = params.add([row.columns for row in rows], "json")
+    column_list = ", ".join(quote(c) for c in columns)
+    return (
+        f'WITH ins AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
+        f"SELECT {column_list}, {NOW}, {NOW} "
+        f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
+        f"RETURNING t.id, {after} AS after, NULL::json AS before, {shown} AS shown), "
+        + outbox.outbox_cte(
+            "ob", "ins", obj, principal, params, action=outbox.CREATED, cause=outbox.WRITE,
+            events=events,
+        )
+        + ", "
+        + history.history_cte("hi", "ins", obj, principal, params, action=history.CREATED)
+    )  # fmt: skip
 
 
 async def _run(
@@ -154,9 +187,46 @@ def _unique_error(
         item = obj.field("id")
     name = item.name if item is not None else "id"
     path = _field_path(rows, item, name, exc.detail or "")
+    return already_exists(obj, name, path)
+
+
+def already_exists(obj: ObjectModel, name: str, path: str) -> AlreadyExists:
+    """The refusal of a value of unique field `name` that a live record holds."""
     return AlreadyExists(
         f"{path}: a {obj.name_singular} with this {name} already exists", field=path
     )
+
+
+async def held_unique_values(
+    connection: Any, obj: ObjectModel, rows: list[Prepared]
+) -> dict[int, FieldModel]:
+    """Rows (by index) of which a unique field's value is held by a live record, with that
+    field (the first such in field order): one query per unique field, where inserting would
+    meet the rows one failed statement at a time."""
+    held: dict[int, FieldModel] = {}
+    for item in obj.stored_fields:
+        if item.name == "id" or not has_unique_index(item):
+            continue
+        column = item.column
+        wanted = [
+            {"v": row.columns[column], "i": i}
+            for i, row in enumerate(rows)
+            if i not in held and row.columns.get(column) is not None
+        ]
+        if not wanted:
+            continue
+        params = Params()
+        payload = params.add(wanted, "json")
+        name = quote(column)
+        mine, theirs = ("md5(t.{0})", "md5(x.v)") if unique_over_md5(item) else ("t.{0}", "x.v")
+        found = await connection.fetch(
+            f"SELECT DISTINCT x.i FROM json_to_recordset({payload}) AS "
+            f"x(v {item.columns[0].sql_type}, i int) JOIN {obj.table} t "
+            f'ON {mine.format(name)} = {theirs} WHERE t."deletedAt" IS NULL',
+            *params.values,
+        )
+        held.update((row[0], item) for row in found)
+    return held
 
 
 def _target_cte(obj: ObjectModel, where: list[str], lock: bool = True) -> str:
