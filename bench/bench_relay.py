@@ -83,13 +83,14 @@ def _row(operation: str, count: int, seconds: float, notes: str = "") -> Result:
     )
 
 
-async def listened_workspace(connection: Any) -> str:
+async def listened_workspace(connection: Any, workspace_id: str = "") -> str:
     """A workspace somebody listens to (a lease, as a gateway with a subscription holds), so the
-    relay publishes its events rather than skipping them (docs/events.md, "Who listens")."""
-    workspace_id = str(uuid.uuid4())
+    relay publishes its events rather than skipping them (docs/events.md, "Who listens"); a new
+    id unless `workspace_id` names one. The lease lasts a day: longer than any bench run."""
+    workspace_id = workspace_id or str(uuid.uuid4())
     await connection.execute(
         "INSERT INTO records.event_interest (workspace_id, holder, expires_at) "
-        "VALUES ($1, 'gateway:bench', now() + interval '1 hour')",
+        "VALUES ($1, 'gateway:bench', now() + interval '1 day')",
         workspace_id,
     )
     return workspace_id

@@ -36,6 +36,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
+from bench.bench_relay import listened_workspace
 from bench.benchlib import cpu_seconds, percentile
 from bench.seed import signup
 from crmstack.stack import Stack, StackConfig
@@ -386,6 +387,13 @@ async def run(stack: Stack, workspaces: int, total_rows: int) -> str:
         bench.headers = {"Authorization": f"Bearer {account['accessToken']}"}
         bench.workspace_id = account["workspace"]["id"]
         bench.workspaces = 1
+        # Its events are listened to, so the relay publishes them (the drain and relay rows
+        # measure publishing, not skipping) and every consumer receives them.
+        connection = await asyncpg.connect(stack.env["DATABASE_URL"])
+        try:
+            await listened_workspace(connection, bench.workspace_id)
+        finally:
+            await connection.close()
         objects = await bench.graphql(
             "{ objects(first: 100) { edges { node { id nameSingular } } } }"
         )
