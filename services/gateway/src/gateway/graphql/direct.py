@@ -12,12 +12,13 @@ without Strawberry's and graphql-core's execution machinery around them.
 The path is taken only when the document is valid, is a query, selects exactly one root field,
 of a record list or get generated for the workspace, without fragment variables or directives
 other than @include/@skip with literal conditions, the selection set below it is plain, and the
-schema has no extensions. Anything else, variables that do not coerce, an exception before the
-records service is asked, and a page the plan cannot answer as graphql-core would (a null in a
-non-null field, a value a scalar refuses) go through the normal execution, which reports the
-same errors as always (the last case asks the records service again: a read, and only on a
-broken record). An error of the call itself is answered as graphql-core does: located at the
-field, the field nulled, and the whole data when the field is non-null
+schema has no extensions. Anything else, variables that do not coerce, arguments Strawberry
+cannot convert, and a page the plan cannot answer as graphql-core would (a null in a non-null
+field, a value a scalar refuses) go through the normal execution, which reports the same errors
+as always (the last case asks the records service again: a read, and only on a broken record).
+An error the resolver raises (a page size out of range, a filter refused, an error of the
+records call) is answered as graphql-core does: located at the field with its path, the field
+nulled, and the whole data when the field is non-null
 (docs/decisions.md, GraphQL direct path for record queries).
 """
 
@@ -99,8 +100,9 @@ class DirectOperation:
     async def run(
         self, schema: GraphQLSchema, context: Any, variables: dict[str, Any] | None
     ) -> ExecutionResult | None:
-        """The answer; None when the normal execution must answer (nothing was asked yet,
-        or the page holds a value the plan cannot answer)."""
+        """The answer; None when the normal execution must answer (the variables or arguments
+        did not convert: nothing was asked yet; or the page holds a value the plan cannot
+        answer)."""
         try:
             arguments = self.arguments_for(schema, variables)
         except Exception:  # the normal execution raises and reports it
