@@ -292,7 +292,11 @@ def _page_of(rows: list[dict[str, Any]]) -> Any:
 
 
 async def _both(
-    fakes: Any, schema_parts: Any, query: str, variables: dict[str, Any] | None
+    fakes: Any,
+    schema_parts: Any,
+    query: str,
+    variables: dict[str, Any] | None,
+    operation_name: str | None = None,
 ) -> tuple[bytes, bytes, list[Any], list[Any]]:
     """The response body through GatewaySchema.execute and through Strawberry's own (the
     normal execution), with the records requests each made."""
@@ -304,15 +308,24 @@ async def _both(
     for execute in (GatewaySchema.execute, strawberry.Schema.execute):
         fakes.records.calls.clear()
         context = GraphQLContext(None, fakes.state, fakes.principal, model=model)  # type: ignore[arg-type]
-        result = await execute(schema, query, variable_values=variables, context_value=context)
+        result = await execute(
+            schema,
+            query,
+            variable_values=variables,
+            context_value=context,
+            operation_name=operation_name,
+        )
         bodies.append(bytes(graphql_response(result, query).body))
         requests.append(list(fakes.records.calls))
     return bodies[0], bodies[1], requests[0], requests[1]
 
 
-def _direct(query: str, variables: dict[str, Any] | None, schema: Any) -> bool:
+def _direct(
+    query: str, variables: dict[str, Any] | None, schema: Any, operation_name: str | None = None
+) -> bool:
     document = parse(query)
-    return isinstance(compile_operation(schema, document, None, variables), DirectOperation)
+    compiled = compile_operation(schema, document, operation_name, variables)
+    return isinstance(compiled, DirectOperation)
 
 
 async def test_direct_path_answers_as_the_normal_execution(fakes: Any, schema_parts: Any) -> None:
@@ -381,3 +394,22 @@ async def _workspace_schema(fakes: Any, schema_parts: Any) -> Any:
     schemas = WorkspaceSchemas(schema_parts, StaticNames.of(build_static_schema(schema_parts)))
     model = await fakes.state.models.get(fakes.principal)
     return schemas.for_model(fakes.state, model).schema
+
+
+async def test_direct_path_runs_the_named_operation(fakes: Any, schema_parts: Any) -> None:
+    fakes.records.responses["ListRecords"] = _page_of(PEOPLE_ROWS)
+    fakes.records.responses["AggregateRecords"] = _aggregate()
+    schema = await _workspace_schema(fakes, schema_parts)
+    query = (
+        "query Count { peopleAggregate { count } } "
+        "query Names { people(first: 2) { edges { node { firstName } } } }"
+    )
+    for name in ("Nope", None):  # Strawberry raises (CannotGetOperationTypeError) on both paths
+        assert not _direct(query, None, schema, name)
+    for name, direct in (("Names", True), ("Count", False)):
+        ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, None, name)
+        assert ours == theirs, name
+        assert our_calls == their_calls, name
+        assert _direct(query, None, schema, name) is direct, name
+    names = orjson.loads((await _both(fakes, schema_parts, query, None, "Names"))[0])
+    assert names["data"]["people"]["edges"][0] == {"node": {"firstName": "F0"}}
