@@ -315,6 +315,7 @@ async def _both(
             context_value=context,
             operation_name=operation_name,
         )
+        assert result.extensions == {}
         bodies.append(bytes(graphql_response(result, query).body))
         requests.append(list(fakes.records.calls))
     return bodies[0], bodies[1], requests[0], requests[1]

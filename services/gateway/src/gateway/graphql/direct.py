@@ -35,6 +35,7 @@ from graphql import (
     DocumentNode,
     FieldNode,
     FragmentDefinitionNode,
+    GraphQLError,
     GraphQLField,
     GraphQLNonNull,
     GraphQLObjectType,
@@ -117,15 +118,20 @@ class DirectOperation:
                 value = await ops.get_one(context, self.selected, **arguments)
         except Exception as exc:
             error = located_error(exc, list(self.nodes), [self.key])
-            return ExecutionResult(data=None if self.non_null else {self.key: None}, errors=[error])
+            return _result(None if self.non_null else {self.key: None}, [error])
         if value is None:
             if self.non_null:
                 return None
-            return ExecutionResult(data={self.key: None}, errors=None)
+            return _result({self.key: None}, None)
         answer = run_plan(self.plan, value)
         if answer is NOT_PLAIN:
             return None
-        return ExecutionResult(data={self.key: answer}, errors=None)
+        return _result({self.key: answer}, None)
+
+
+def _result(data: dict[str, Any] | None, errors: list[GraphQLError] | None) -> ExecutionResult:
+    # `extensions` as Strawberry's execute answers it when the schema has no extensions
+    return ExecutionResult(data=data, errors=errors, extensions={})
 
 
 class DirectOperations:
