@@ -15,6 +15,8 @@ field middleware) takes graphql-core's own path, and so does any object where a 
 value it cannot answer as graphql-core would (a null in a non-null field, a value a scalar
 refuses, an error or awaitable as a value): graphql-core then completes that object again
 from its source, and reports the errors (docs/decisions.md, GraphQL execution of plain fields).
+gateway.graphql.direct runs the same plans (`run_plan`) without graphql-core for the common
+record list or get.
 """
 
 from __future__ import annotations
