@@ -10,11 +10,20 @@ import asyncio
 import enum
 from typing import Any
 
+import orjson
 import strawberry
+from graphql import parse
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
+from crm.common.v1 import common_pb2
+from crm.records.v1 import records_pb2
+from crmkit.errors import InvalidArgument, NotFound
+from gateway.graphql.builder import StaticNames
+from gateway.graphql.context import GraphQLContext
+from gateway.graphql.direct import DirectOperation, compile_operation
+from gateway.graphql.endpoint import WorkspaceSchemas, graphql_response
 from gateway.graphql.scalars import schema_config
-from gateway.graphql.schema import GatewaySchema
+from gateway.graphql.schema import GatewaySchema, build_static_schema
 
 
 @strawberry.enum
@@ -198,3 +207,210 @@ def test_repeated_documents_answer_as_the_first_time_errors_included() -> None:
     broken = asyncio.run(schema.execute("{ page { total }"))
     assert broken.errors is not None
     assert "Syntax Error" in broken.errors[0].message
+
+
+# -- the direct path of record queries (gateway.graphql.direct) ------------------------------
+
+PERSON = "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"
+PEOPLE_ROWS: list[dict[str, Any]] = [
+    {
+        "id": f"{index:08d}-aaaa-aaaa-aaaa-aaaaaaaaaaaa",
+        "firstName": f"F{index}",
+        "lastName": None,
+        "jobTitle": "Engineer",
+        "tags": ["LEAD"] if index % 2 else [],
+        "vip": index == 1,
+        "createdAt": "2026-11-22T10:00:00.000Z",
+        "updatedAt": "2026-11-22T10:00:00.000Z",
+    }
+    for index in range(3)
+]
+BROKEN_ROWS = [*PEOPLE_ROWS, {**PEOPLE_ROWS[0], "id": None}]  # a null in ID!
+NODE = "id firstName lastName jobTitle tags vip createdAt __typename"
+
+# Each answered by the direct path: the same answer, errors and records request as before.
+DIRECT = (
+    (
+        f'{{ people(first: 2, filter: {{jobTitle: {{eq: "Engineer"}}}}) {{ edges {{ node {{ {NODE} '
+        "} } } }",
+        None,
+    ),
+    (
+        "{ people(orderBy: [{lastName: DESC}], limit: 5) { totalCount pageInfo "
+        "{ hasNextPage endCursor } edges { cursor node { id } } } }",
+        None,
+    ),
+    (
+        "query($f: PersonFilter, $n: Int) { list: people(filter: $f, first: $n) { edges { node "
+        "{ id firstName } } } }",
+        {"f": {"or": [{"firstName": {"startsWith": "F"}}, {"vip": {"eq": True}}]}, "n": 3},
+    ),
+    (
+        "query Q($after: String) { people(after: $after) { edges { node { ...P } } } } "
+        "fragment P on Person { id n: firstName }",
+        {"after": "c-1"},
+    ),
+    (
+        "{ people { edges { node { ... on Person { id } firstName @include(if: false) "
+        "jobTitle @skip(if: false) } } } }",
+        None,
+    ),
+    ("{ people(first: 201) { edges { node { id } } } }", None),  # BAD_USER_INPUT, path
+    ('{ people(last: 0, filter: {firstName: {eq: "x"}}) { edges { node { id } } } }', None),
+    (f'{{ person(id: "{PERSON}") {{ id firstName tags }} }}', None),
+    ("query($id: UUID!) { one: person(id: $id) { id vip } }", {"id": PERSON}),
+)
+# Answered by the normal execution (each a reason the direct path does not apply).
+NOT_DIRECT = (
+    (
+        "query($on: Boolean!) { people { edges { node { id firstName @include(if: $on) } } } }",
+        {"on": True},
+    ),
+    ("{ people { edges { node { id company { name } } } } }", None),
+    ("{ people { edges { node { id } } } __typename }", None),
+    ("{ a: people { edges { node { id } } } b: people(first: 1) { edges { node { id } } } }", None),
+    ("{ peopleAggregate { count } }", None),
+    ("{ nope }", None),
+    ('mutation { deletePerson(id: "' + PERSON + '") { id } }', None),
+)
+ANSWERED = {query for query, _ in (*DIRECT[:5], *DIRECT[7:], *NOT_DIRECT[:5], NOT_DIRECT[6])}
+VARIABLE_ERRORS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("query($n: Int) { people(first: $n) { edges { node { id } } } }", {"n": "many"}),
+    ("query($id: UUID!) { person(id: $id) { id } }", {}),
+)
+
+
+def _page_of(rows: list[dict[str, Any]]) -> Any:
+
+    cursors = [f"c-{index}" for index in range(len(rows))]
+    return records_pb2.ListRecordsResponse(
+        records_json=orjson.dumps(rows),
+        cursors=cursors,
+        page_info=common_pb2.PageInfo(has_next_page=True, end_cursor=cursors[-1]),
+        total_count=42,
+    )
+
+
+async def _both(
+    fakes: Any,
+    schema_parts: Any,
+    query: str,
+    variables: dict[str, Any] | None,
+    operation_name: str | None = None,
+) -> tuple[bytes, bytes, list[Any], list[Any]]:
+    """The response body through GatewaySchema.execute and through Strawberry's own (the
+    normal execution), with the records requests each made."""
+    schemas = WorkspaceSchemas(schema_parts, StaticNames.of(build_static_schema(schema_parts)))
+    model = await fakes.state.models.get(fakes.principal)
+    schema = schemas.for_model(fakes.state, model).schema
+    assert isinstance(schema, GatewaySchema)
+    bodies, requests = [], []
+    for execute in (GatewaySchema.execute, strawberry.Schema.execute):
+        fakes.records.calls.clear()
+        context = GraphQLContext(None, fakes.state, fakes.principal, model=model)  # type: ignore[arg-type]
+        result = await execute(
+            schema,
+            query,
+            variable_values=variables,
+            context_value=context,
+            operation_name=operation_name,
+        )
+        assert result.extensions == {}
+        bodies.append(bytes(graphql_response(result, query).body))
+        requests.append(list(fakes.records.calls))
+    return bodies[0], bodies[1], requests[0], requests[1]
+
+
+def _direct(
+    query: str, variables: dict[str, Any] | None, schema: Any, operation_name: str | None = None
+) -> bool:
+    document = parse(query)
+    compiled = compile_operation(schema, document, operation_name, variables)
+    return isinstance(compiled, DirectOperation)
+
+
+async def test_direct_path_answers_as_the_normal_execution(fakes: Any, schema_parts: Any) -> None:
+    fakes.records.responses["ListRecords"] = _page_of(PEOPLE_ROWS)
+    fakes.records.responses["GetRecord"] = lambda request: _record_of(PEOPLE_ROWS[1])
+    fakes.records.responses["DeleteRecord"] = lambda request: _record_of(PEOPLE_ROWS[1])
+    fakes.records.responses["AggregateRecords"] = _aggregate()
+    schema = await _workspace_schema(fakes, schema_parts)
+    for query, variables in (*DIRECT, *NOT_DIRECT, *VARIABLE_ERRORS):
+        ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, variables)
+        assert ours == theirs, query
+        assert our_calls == their_calls, query
+        answered = "errors" not in orjson.loads(ours)
+        assert answered is (query in ANSWERED), query
+    for query, variables in DIRECT:
+        assert _direct(query, variables, schema), query
+    for query, variables in NOT_DIRECT:
+        assert not _direct(query, variables, schema), query
+    body = orjson.loads((await _both(fakes, schema_parts, *DIRECT[5]))[0])
+    assert body["errors"][0]["extensions"] == {"code": "BAD_USER_INPUT", "field": "first"}
+    assert body["errors"][0]["path"] == ["people"]
+
+
+async def test_direct_path_errors_of_the_records_service(fakes: Any, schema_parts: Any) -> None:
+    """An error of the call is located at the field; a non-null list nulls the data."""
+    fakes.records.responses["ListRecords"] = InvalidArgument("unknown field", field="nope")
+    fakes.records.responses["GetRecord"] = NotFound("no person with that id")
+    queries = (DIRECT[0], DIRECT[7], DIRECT[8])
+    for query, variables in queries:
+        ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, variables)
+        assert ours == theirs, query
+        assert len(our_calls) == len(their_calls) == 1
+    body = orjson.loads((await _both(fakes, schema_parts, *DIRECT[0]))[0])
+    assert body["data"] is None
+    assert body["errors"][0]["extensions"] == {"code": "BAD_USER_INPUT", "field": "nope"}
+    assert body["errors"][0]["path"] == ["people"]
+    body = orjson.loads((await _both(fakes, schema_parts, *DIRECT[8]))[0])
+    assert body["data"] == {"one": None}
+    assert body["errors"][0]["extensions"]["code"] == "NOT_FOUND"
+
+
+async def test_direct_path_falls_back_on_a_page_its_plan_cannot_answer(
+    fakes: Any, schema_parts: Any
+) -> None:
+    """A null in a non-null field: graphql-core's path answers (and reports) it, asking again."""
+    fakes.records.responses["ListRecords"] = _page_of(BROKEN_ROWS)
+    fakes.records.responses["GetRecord"] = lambda request: _record_of({"id": None})
+    for query, variables in (DIRECT[0], DIRECT[7]):
+        ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, variables)
+        assert ours == theirs, query
+        assert our_calls == their_calls * 2
+        assert orjson.loads(ours)["errors"]
+
+
+def _record_of(row: dict[str, Any]) -> Any:
+
+    return records_pb2.RecordResponse(record_json=orjson.dumps(row))
+
+
+def _aggregate() -> Any:
+
+    return records_pb2.AggregateRecordsResponse(result_json=b'{"count": 3}')
+
+
+async def _workspace_schema(fakes: Any, schema_parts: Any) -> Any:
+    schemas = WorkspaceSchemas(schema_parts, StaticNames.of(build_static_schema(schema_parts)))
+    model = await fakes.state.models.get(fakes.principal)
+    return schemas.for_model(fakes.state, model).schema
+
+
+async def test_direct_path_runs_the_named_operation(fakes: Any, schema_parts: Any) -> None:
+    fakes.records.responses["ListRecords"] = _page_of(PEOPLE_ROWS)
+    fakes.records.responses["AggregateRecords"] = _aggregate()
+    schema = await _workspace_schema(fakes, schema_parts)
+    query = (
+        "query Count { peopleAggregate { count } } "
+        "query Names { people(first: 2) { edges { node { firstName } } } }"
+    )
+    for name in ("Nope", None):  # Strawberry raises (CannotGetOperationTypeError) on both paths
+        assert not _direct(query, None, schema, name)
+    for name, direct in (("Names", True), ("Count", False)):
+        ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, None, name)
+        assert ours == theirs, name
+        assert our_calls == their_calls, name
+        assert _direct(query, None, schema, name) is direct, name
+    names = orjson.loads((await _both(fakes, schema_parts, query, None, "Names"))[0])
+    assert names["data"]["people"]["edges"][0] == {"node": {"firstName": "F0"}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from graphql import build_schema
 
-from gateway.graphql.limits import QueryLimits, QueryTooLarge, check_request
+from gateway.graphql.limits import Analyses, QueryLimits, QueryTooLarge, check_request
 
 SCHEMA = build_schema("""
 type Query {
@@ -114,3 +114,23 @@ def test_documents_that_do_not_parse_are_left_to_execution() -> None:
         check_request(SCHEMA, "query A { __typename } query B { __typename }", None, None, LIMITS)
         is None
     )
+
+
+def test_analyses_of_operations_without_variables_are_kept_per_schema() -> None:
+    """Analyses answers as check_request; it keeps only what cannot change between requests."""
+    analyses = Analyses(maxsize=2)
+    plain = "{ people(first: 10) { edges { node { id } } } }"
+    first = analyses.check(SCHEMA, plain, None, None, LIMITS)
+    assert first == check_request(SCHEMA, plain, None, None, LIMITS)
+    assert analyses.check(SCHEMA, plain, None, None, LIMITS) is first
+    with_variables = "query Q($n: Int = 3) { people(first: $n) { edges { node { id } } } }"
+    for n in (3, 20, 7):
+        analysis = analyses.check(SCHEMA, with_variables, {"n": n}, None, LIMITS)
+        assert analysis is not None
+        assert analysis.cost == n
+    over = "{ people(first: 100) { edges { node { company { people(first: 100) { edges "
+    over += "{ node { id } } } } } } } }"
+    for _ in range(2):
+        with pytest.raises(QueryTooLarge, match="cost"):
+            analyses.check(SCHEMA, over, None, None, LIMITS)
+    assert analyses.check(SCHEMA, "{ people { edges", None, None, LIMITS) is None

@@ -191,6 +191,7 @@ def _resolver(
     )
     resolve.__name__ = name
     resolve.__qualname__ = name
+    resolve.implementation = implementation  # type: ignore[attr-defined]  # gateway.graphql.direct
     return resolve
 
 

@@ -35,6 +35,7 @@ from gateway.graphql.documents import DocumentCache
 from gateway.graphql.errors import format_graphql_error, parse_quietly
 from gateway.graphql.limits import QueryAnalysis, QueryLimits, QueryTooLarge, check_request
 from gateway.graphql.parts import SchemaPart
+from gateway.graphql.schema import GatewaySchema
 from gateway.ratelimit.http import admit_request
 from gateway.state import GatewayState, gateway_state
 
@@ -181,6 +182,8 @@ def _analyse(
     operation_name: str | None,
 ) -> QueryAnalysis | None:
     limits = QueryLimits.of(gateway_state(request).settings)
+    if isinstance(schema, GatewaySchema):
+        return schema.analyses.check(schema._schema, query, variables, operation_name, limits)
     return check_request(schema._schema, query, variables, operation_name, limits)
 
 

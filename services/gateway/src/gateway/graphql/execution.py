@@ -15,6 +15,8 @@ field middleware) takes graphql-core's own path, and so does any object where a 
 value it cannot answer as graphql-core would (a null in a non-null field, a value a scalar
 refuses, an error or awaitable as a value): graphql-core then completes that object again
 from its source, and reports the errors (docs/decisions.md, GraphQL execution of plain fields).
+gateway.graphql.direct runs the same plans (`run_plan`) without graphql-core for the common
+record list or get.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from gateway.graphql.scalars import resolve_attribute
 _LEAF_TYPES = (GraphQLScalarType, GraphQLEnumType)
 # Values of these types are neither errors nor awaitables (what graphql-core checks a value for).
 _DATA_TYPES = frozenset({str, int, float, bool, dict, list})
-_NOT_PLAIN = object()  # the field or object needs graphql-core's own path
+NOT_PLAIN = object()  # the field or object needs graphql-core's own path
 _SELECTION_DIRECTIVES = frozenset({"include", "skip"})  # already applied when fields are collected
 _BASIC_RESOLVER = "_get_basic_result"  # Strawberry's resolver of a basic field
 
@@ -61,7 +63,7 @@ class _Field:
     plan: tuple[_Field, ...] | None  # the object's (or list items') selection set
 
 
-_Plan = tuple[_Field, ...]
+Plan = tuple[_Field, ...]
 
 
 def _dict_key(field_def: Any) -> str | None:
@@ -86,16 +88,78 @@ def _basic_resolver(parent_type: GraphQLObjectType, name: str) -> Any:
     return field_def
 
 
+def run_plan(plan: Plan, source: Any) -> Any:
+    """The object `source` answered by `plan`, or NOT_PLAIN (graphql-core's path must answer
+    it)."""
+    result: dict[str, Any] = {}
+    is_dict = type(source) is dict
+    for field in plan:
+        resolve = field.resolve
+        if resolve is None:
+            result[field.key] = field.typename
+            continue
+        if is_dict and field.item is not None:
+            value = source.get(field.item)
+        else:
+            try:
+                value = resolve(source, None)
+            except Exception:  # graphql-core's path reports it
+                return NOT_PLAIN
+        if value is None:
+            if field.non_null:
+                return NOT_PLAIN
+            result[field.key] = None
+            continue
+        if field.is_list:
+            if type(value) is not list:
+                return NOT_PLAIN
+            items: list[Any] = []
+            for item in value:
+                if item is None:
+                    if field.item_non_null:
+                        return NOT_PLAIN
+                    items.append(None)
+                    continue
+                done = _complete(field, item)
+                if done is NOT_PLAIN:
+                    return NOT_PLAIN
+                items.append(done)
+            result[field.key] = items
+            continue
+        done = _complete(field, value)
+        if done is NOT_PLAIN:
+            return NOT_PLAIN
+        result[field.key] = done
+    return result
+
+
+def _complete(field: _Field, value: Any) -> Any:
+    """A non-null value of `field` (or of one of its list items) completed, or NOT_PLAIN."""
+    if type(value) not in _DATA_TYPES and (
+        isinstance(value, Exception) or inspect.isawaitable(value)
+    ):
+        return NOT_PLAIN
+    coerce = field.coerce
+    if coerce is None:
+        assert field.plan is not None
+        return run_plan(field.plan, value)
+    try:
+        coerced = coerce(value)
+    except Exception:  # graphql-core's path reports it
+        return NOT_PLAIN
+    return NOT_PLAIN if coerced is None or coerced is Undefined else coerced
+
+
 class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # (parent type, selection set) -> the plan (None: not plain), for this request only;
         # the selection set is kept alive with it, as graphql-core's own memo of subfields does.
-        self._plans: dict[tuple[int, int], tuple[Any, Any, _Plan | None]] = {}
+        self._plans: dict[tuple[int, int], tuple[Any, Any, Plan | None]] = {}
 
     # -- plans ----------------------------------------------------------------------------------
 
-    def _plan(self, parent_type: GraphQLObjectType, grouped_field_set: Any) -> _Plan | None:
+    def _plan(self, parent_type: GraphQLObjectType, grouped_field_set: Any) -> Plan | None:
         memo = (id(parent_type), id(grouped_field_set))
         known = self._plans.get(memo)
         if known is not None:
@@ -104,7 +168,7 @@ class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
         self._plans[memo] = (parent_type, grouped_field_set, plan)
         return plan
 
-    def _compile(self, parent_type: GraphQLObjectType, grouped_field_set: Any) -> _Plan | None:
+    def _compile(self, parent_type: GraphQLObjectType, grouped_field_set: Any) -> Plan | None:
         fields: list[_Field] = []
         for key, details in grouped_field_set.items():
             node = details[0].node
@@ -152,64 +216,16 @@ class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
             return None
         return _Field(key, resolve, item, "", non_null, is_list, item_non_null, None, plan)
 
-    def _run(self, plan: _Plan, source: Any) -> Any:
-        """The completed object, or _NOT_PLAIN."""
-        result: dict[str, Any] = {}
-        is_dict = type(source) is dict
-        for field in plan:
-            resolve = field.resolve
-            if resolve is None:
-                result[field.key] = field.typename
-                continue
-            if is_dict and field.item is not None:
-                value = source.get(field.item)
-            else:
-                try:
-                    value = resolve(source, None)
-                except Exception:  # graphql-core's path reports it
-                    return _NOT_PLAIN
-            if value is None:
-                if field.non_null:
-                    return _NOT_PLAIN
-                result[field.key] = None
-                continue
-            if field.is_list:
-                if type(value) is not list:
-                    return _NOT_PLAIN
-                items: list[Any] = []
-                for item in value:
-                    if item is None:
-                        if field.item_non_null:
-                            return _NOT_PLAIN
-                        items.append(None)
-                        continue
-                    done = self._complete(field, item)
-                    if done is _NOT_PLAIN:
-                        return _NOT_PLAIN
-                    items.append(done)
-                result[field.key] = items
-                continue
-            done = self._complete(field, value)
-            if done is _NOT_PLAIN:
-                return _NOT_PLAIN
-            result[field.key] = done
-        return result
-
-    def _complete(self, field: _Field, value: Any) -> Any:
-        """A non-null value of `field` (or of one of its list items) completed, or _NOT_PLAIN."""
-        if type(value) not in _DATA_TYPES and (
-            isinstance(value, Exception) or inspect.isawaitable(value)
-        ):
-            return _NOT_PLAIN
-        coerce = field.coerce
-        if coerce is None:
-            assert field.plan is not None
-            return self._run(field.plan, value)
-        try:
-            coerced = coerce(value)
-        except Exception:  # graphql-core's path reports it
-            return _NOT_PLAIN
-        return _NOT_PLAIN if coerced is None or coerced is Undefined else coerced
+    def subfields_plan(
+        self, return_type: GraphQLObjectType, field_details_list: Any
+    ) -> Plan | None:
+        """The plan of the selection set of a field of `return_type` (None: not plain)."""
+        if return_type.is_type_of is not None:
+            return None
+        grouped, defer_usages, _ = self.collect_subfields(return_type, field_details_list)
+        if defer_usages:
+            return None
+        return self._plan(return_type, grouped)
 
     # -- graphql-core's entry points ------------------------------------------------------------
 
@@ -218,18 +234,18 @@ class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return middleware is None or not middleware.middlewares
 
     def _plain_value(self, parent_type: GraphQLObjectType, source: Any, details: Any) -> Any:
-        """The completed value of a basic scalar field, or _NOT_PLAIN."""
+        """The completed value of a basic scalar field, or NOT_PLAIN."""
         node = details[0].node
         if node.arguments:
-            return _NOT_PLAIN
+            return NOT_PLAIN
         field_def = _basic_resolver(parent_type, node.name.value)
         if field_def is None:
-            return _NOT_PLAIN
+            return NOT_PLAIN
         field = self._compile_field(node.name.value, field_def, details)
         if field is None or field.coerce is None or field.is_list:
-            return _NOT_PLAIN
-        result = self._run((field,), source)
-        return _NOT_PLAIN if result is _NOT_PLAIN else result[field.key]
+            return NOT_PLAIN
+        result = run_plan((field,), source)
+        return NOT_PLAIN if result is NOT_PLAIN else result[field.key]
 
     def execute_fields(
         self,
@@ -242,8 +258,8 @@ class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
         if self._plain_resolvers():
             plan = self._plan(parent_type, grouped_field_set)
             if plan is not None:
-                result = self._run(plan, source_value)
-                if result is not _NOT_PLAIN:
+                result = run_plan(plan, source_value)
+                if result is not NOT_PLAIN:
                     return result
         return super().execute_fields(
             parent_type, source_value, path, grouped_field_set, position_context
@@ -259,7 +275,7 @@ class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
     ) -> Any:
         if self._plain_resolvers():
             value = self._plain_value(parent_type, source, field_details_list)
-            if value is not _NOT_PLAIN:
+            if value is not NOT_PLAIN:
                 return value
         return super().execute_field(
             parent_type, source, field_details_list, path, position_context

@@ -16,6 +16,7 @@ against the rate limit per top-level field.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -48,6 +49,7 @@ from gateway.settings import GatewaySettings
 
 _PAGE_ARGUMENTS = ("first", "last", "limit")
 _DOCUMENT_CACHE_SIZE = 512
+ANALYSES_PER_SCHEMA = 128
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,42 @@ def check_request(
             analysis,
         )
     return analysis
+
+
+class Analyses:
+    """The analyses of one schema's operations that declare no variables, by query text,
+    operation name and limits: they are the same on every request (check_request's answer,
+    without its walk). Bounded; a request over a limit is not kept (it raises every time)."""
+
+    def __init__(self, maxsize: int = ANALYSES_PER_SCHEMA) -> None:
+        self._maxsize = maxsize
+        self._entries: OrderedDict[tuple[str, str | None, QueryLimits], QueryAnalysis] = (
+            OrderedDict()
+        )
+
+    def check(
+        self,
+        schema: GraphQLSchema,
+        query: str,
+        variables: Mapping[str, Any] | None,
+        operation_name: str | None,
+        limits: QueryLimits,
+    ) -> QueryAnalysis | None:
+        key = (query, operation_name, limits)
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+            return found
+        analysis = check_request(schema, query, variables, operation_name, limits)
+        if analysis is None:
+            return None
+        document = parse_limited(query, limits)
+        operation = _operation(document, operation_name) if document is not None else None
+        if operation is not None and not operation.variable_definitions:
+            self._entries[key] = analysis
+            if len(self._entries) > self._maxsize:
+                self._entries.popitem(last=False)
+        return analysis
 
 
 def _operation(

@@ -4,11 +4,13 @@ records service (relations through the request's DataLoaders), records kept as J
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
 import orjson
 import strawberry
+from strawberry.types.nodes import Selection
 from strawberry.types.unset import UNSET
 
 from crm.common.v1 import common_pb2
@@ -57,6 +59,24 @@ def connection(records: list[Record], cursors: Sequence[str], page_info: dict[st
     }
 
 
+@dataclass(frozen=True)
+class Selected:
+    """What a query selects below a record field (its `info.selected_fields`, fragments
+    flattened): names of the field's own, of a connection's edges and of their nodes."""
+
+    fields: frozenset[str]
+    edges: frozenset[str]
+    nodes: frozenset[str]
+
+    @classmethod
+    def of(cls, selected_fields: list[Selection]) -> Selected:
+        return cls(
+            frozenset(selected_names(selected_fields)),
+            frozenset(selected_names(selected_fields, "edges")),
+            frozenset(selected_names(selected_fields, "edges", "node")),
+        )
+
+
 class RecordOperations:
     """The generated query and mutation resolvers of one object."""
 
@@ -67,7 +87,7 @@ class RecordOperations:
     def _ref(self, context: GraphQLContext) -> records_pb2.ObjectRef:
         return loaders.object_ref(context, self.obj.singular)
 
-    def _depth(self, selected: set[str]) -> int:
+    def _depth(self, selected: frozenset[str]) -> int:
         """1 when a many-to-one relation is selected: records nests it in the same call."""
         return 1 if selected & self.many_to_one else 0
 
@@ -99,7 +119,33 @@ class RecordOperations:
         before: str | None = UNSET,
         exactCount: bool | None = UNSET,  # noqa: N803
     ) -> Record:
-        context = _context(info)
+        return await self.page(
+            _context(info),
+            Selected.of(info.selected_fields),
+            filter=filter,
+            orderBy=orderBy,
+            limit=limit,
+            first=first,
+            after=after,
+            last=last,
+            before=before,
+            exactCount=exactCount,
+        )
+
+    async def page(
+        self,
+        context: GraphQLContext,
+        selected: Selected,
+        filter: Any = UNSET,
+        orderBy: Any = UNSET,  # noqa: N803
+        limit: int | None = UNSET,
+        first: int | None = UNSET,
+        after: str | None = UNSET,
+        last: int | None = UNSET,
+        before: str | None = UNSET,
+        exactCount: bool | None = UNSET,  # noqa: N803
+    ) -> Record:
+        """`list_page` with what the query selects below the field already known."""
         first_value, limit_value, last_value = _given(first), _given(limit), _given(last)
         if last_value is not None:
             size_last, size_first = page_size(last_value, field="last"), 0
@@ -110,7 +156,6 @@ class RecordOperations:
                 else page_size(limit_value, field="limit")
             )
             size_last = 0
-        node_fields = selected_names(info.selected_fields, "edges", "node")
         request = records_pb2.ListRecordsRequest(
             ref=self._ref(context),
             filter=parse_graphql_filter(filter, self.obj),
@@ -119,14 +164,13 @@ class RecordOperations:
             after=_given(after) or "",
             last=size_last,
             before=_given(before) or "",
-            depth=self._depth(node_fields),
-            with_total_count=bool(
-                {"totalCount", "totalCountIsEstimate"} & selected_names(info.selected_fields)
-            ),
+            depth=self._depth(selected.nodes),
+            with_total_count=bool({"totalCount", "totalCountIsEstimate"} & selected.fields),
             exact_total_count=bool(_given(exactCount)),
-            page_cursors_only="cursor" not in selected_names(info.selected_fields, "edges"),
+            page_cursors_only="cursor" not in selected.edges,
         )
-        response = await self._call(info, "ListRecords", request)
+        stub = context.state.upstreams.records
+        response = await context.ask(stub.ListRecords, request)
         result = connection(
             orjson.loads(response.records_json),
             response.cursors,
@@ -138,13 +182,15 @@ class RecordOperations:
         return result
 
     async def get(self, info: strawberry.Info, id: Any) -> Record:
-        context = _context(info)
+        return await self.get_one(_context(info), Selected.of(info.selected_fields), id)
+
+    async def get_one(self, context: GraphQLContext, selected: Selected, id: Any) -> Record:
+        """`get` with what the query selects below the field already known."""
         request = records_pb2.GetRecordRequest(
-            ref=self._ref(context),
-            id=str(id),
-            depth=self._depth(selected_names(info.selected_fields)),
+            ref=self._ref(context), id=str(id), depth=self._depth(selected.fields)
         )
-        response = await self._call(info, "GetRecord", request)
+        stub = context.state.upstreams.records
+        response = await context.ask(stub.GetRecord, request)
         record: Record = orjson.loads(response.record_json)
         return record
 
@@ -348,6 +394,7 @@ async def resolve_one_to_many(
 
 __all__ = [
     "RecordOperations",
+    "Selected",
     "aggregate_result",
     "resolve_many_to_one",
     "resolve_one_to_many",

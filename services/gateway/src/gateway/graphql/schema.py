@@ -8,19 +8,23 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import strawberry
-from graphql import GraphQLError
+from graphql import GraphQLError, specified_rules
 from strawberry.tools import merge_types
-from strawberry.types import ExecutionContext
+from strawberry.types import ExecutionContext, ExecutionResult
 from strawberry.types.graphql import OperationType
 
 from crmkit.errors import Internal, ServiceError
+from gateway.graphql.direct import DirectOperations
 from gateway.graphql.documents import DocumentCache
 from gateway.graphql.errors import is_request_error
 from gateway.graphql.execution import GatewayExecutionContext
+from gateway.graphql.limits import Analyses
 from gateway.graphql.parts import SchemaPart
 from gateway.graphql.scalars import schema_config
 
 log = logging.getLogger("gateway.graphql")
+# The validation rules of every execution (Strawberry's ExecutionContext default).
+_RULES = tuple(specified_rules)
 
 
 class GatewaySchema(strawberry.Schema):
@@ -32,6 +36,8 @@ class GatewaySchema(strawberry.Schema):
         kwargs.setdefault("execution_context_class", GatewayExecutionContext)
         super().__init__(*args, **kwargs)
         self._documents = documents if documents is not None else DocumentCache()
+        self._direct = DirectOperations()
+        self.analyses = Analyses()  # of the GraphQL limits (gateway.graphql.endpoint)
 
     def _create_execution_context(
         self,
@@ -58,6 +64,65 @@ class GatewaySchema(strawberry.Schema):
                 context.graphql_document = prepared[0]
                 context.pre_execution_errors = list(prepared[1])  # validated already
         return context
+
+    async def execute(
+        self,
+        query: str | None,
+        variable_values: dict[str, Any] | None = None,
+        context_value: Any | None = None,
+        root_value: Any | None = None,
+        operation_name: str | None = None,
+        allowed_operation_types: Iterable[OperationType] | None = None,
+        operation_extensions: dict[str, Any] | None = None,
+    ) -> ExecutionResult:
+        """A record list or get takes gateway.graphql.direct's path when it qualifies."""
+        if self._direct_allowed(query, root_value, allowed_operation_types, operation_extensions):
+            assert query is not None
+            result = await self._execute_direct(
+                query, variable_values, context_value, operation_name
+            )
+            if result is not None:
+                return result
+        return await super().execute(
+            query,
+            variable_values,
+            context_value,
+            root_value,
+            operation_name,
+            allowed_operation_types,
+            operation_extensions,
+        )
+
+    def _direct_allowed(
+        self,
+        query: str | None,
+        root_value: Any,
+        allowed_operation_types: Iterable[OperationType] | None,
+        operation_extensions: dict[str, Any] | None,
+    ) -> bool:
+        if not query or root_value is not None or operation_extensions:
+            return False
+        if self.extensions or self.directives:  # their hooks run only in the normal execution
+            return False
+        return allowed_operation_types is None or OperationType.QUERY in allowed_operation_types
+
+    async def _execute_direct(
+        self,
+        query: str,
+        variable_values: dict[str, Any] | None,
+        context_value: Any,
+        operation_name: str | None,
+    ) -> ExecutionResult | None:
+        prepared = self._documents.prepared(self._schema, query, _RULES)
+        if prepared is None or prepared[1]:
+            return None  # does not parse or is invalid: the normal execution reports it
+        direct = self._direct.find(self, prepared[0], query, operation_name, variable_values)
+        if direct is None:
+            return None
+        result = await direct.run(self._schema, context_value, variable_values)
+        if result is not None and result.errors:
+            self.process_errors(result.errors)
+        return result
 
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None

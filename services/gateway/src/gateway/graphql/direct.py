@@ -1,0 +1,295 @@
+"""A direct path for the common record query: one root field that lists (`people(...)`) or
+gets (`person(id: ...)`) records of an object, with a plain selection below it.
+
+Such an operation is compiled once per schema, query text and operation name: its root field's
+resolver (RecordOperations.page or .get_one), what it selects (RecordOperations.Selected, which
+the resolver otherwise reads from `Info.selected_fields` on every request), its arguments
+converted by Strawberry's own `convert_arguments` (once, when they are literals; per request,
+from the coerced variables, otherwise) and the plan of its selection set
+(gateway.graphql.execution). A request then costs the resolver's one call and the plan's run,
+without Strawberry's and graphql-core's execution machinery around them.
+
+The path is taken only when the document is valid, is a query, selects exactly one root field,
+of a record list or get generated for the workspace, without fragment variables or directives
+other than @include/@skip with literal conditions, the selection set below it is plain, and the
+schema has no extensions. Anything else, variables that do not coerce, arguments Strawberry
+cannot convert, and a page the plan cannot answer as graphql-core would (a null in a non-null
+field, a value a scalar refuses) go through the normal execution, which reports the same errors
+as always (the last case asks the records service again: a read, and only on a broken record).
+An error the resolver raises (a page size out of range, a filter refused, an error of the
+records call) is answered as graphql-core does: located at the field with its path, the field
+nulled, and the whole data when the field is non-null
+(docs/decisions.md, GraphQL direct path for record queries).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from graphql import (
+    DirectiveNode,
+    DocumentNode,
+    FieldNode,
+    FragmentDefinitionNode,
+    GraphQLError,
+    GraphQLField,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLSchema,
+    Node,
+    OperationDefinitionNode,
+    OperationType,
+    VariableNode,
+    get_operation_ast,
+    located_error,
+)
+from graphql.execution.collect_fields import collect_fields
+from graphql.execution.values import get_argument_values, get_variable_values
+from strawberry.schema.schema_converter import GraphQLCoreConverter
+from strawberry.types import ExecutionResult
+from strawberry.types.arguments import convert_arguments
+from strawberry.types.nodes import convert_selections
+
+from gateway.graphql.execution import NOT_PLAIN, GatewayExecutionContext, Plan, run_plan
+from gateway.graphql.records import RecordOperations, Selected
+
+DIRECT_CACHE_SIZE = 128  # operations per schema
+_LITERAL_DIRECTIVES = frozenset({"include", "skip"})
+_MAX_COERCION_ERRORS = 50  # graphql-core's default, as the normal execution uses
+_NOT_DIRECT = object()
+
+# Converts graphql-core's coerced arguments to the resolver's keyword arguments.
+ConvertArguments = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class DirectOperation:
+    """How one compiled operation is answered."""
+
+    key: str  # the root field's response key
+    nodes: tuple[FieldNode, ...]  # the root field's nodes (errors are located at them)
+    field_def: GraphQLField
+    non_null: bool
+    operations: RecordOperations
+    is_list: bool  # RecordOperations.page, else .get_one
+    selected: Selected
+    plan: Plan
+    operation: OperationDefinitionNode
+    convert: ConvertArguments
+    arguments: dict[str, Any] | None  # converted once when the arguments are literals
+
+    def arguments_for(
+        self, schema: GraphQLSchema, variables: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The resolver's keyword arguments; None when the variables do not coerce."""
+        if self.arguments is not None:
+            return self.arguments
+        coerced = get_variable_values(
+            schema,
+            self.operation.variable_definitions or (),
+            variables or {},
+            max_errors=_MAX_COERCION_ERRORS,
+        )
+        if isinstance(coerced, list):
+            return None
+        return self.convert(get_argument_values(self.field_def, self.nodes[0], coerced))
+
+    async def run(
+        self, schema: GraphQLSchema, context: Any, variables: dict[str, Any] | None
+    ) -> ExecutionResult | None:
+        """The answer; None when the normal execution must answer (the variables or arguments
+        did not convert: nothing was asked yet; or the page holds a value the plan cannot
+        answer)."""
+        try:
+            arguments = self.arguments_for(schema, variables)
+        except Exception:  # the normal execution raises and reports it
+            return None
+        if arguments is None:
+            return None
+        ops = self.operations
+        try:
+            if self.is_list:
+                value = await ops.page(context, self.selected, **arguments)
+            else:
+                value = await ops.get_one(context, self.selected, **arguments)
+        except Exception as exc:
+            error = located_error(exc, list(self.nodes), [self.key])
+            return _result(None if self.non_null else {self.key: None}, [error])
+        if value is None:
+            if self.non_null:
+                return None
+            return _result({self.key: None}, None)
+        answer = run_plan(self.plan, value)
+        if answer is NOT_PLAIN:
+            return None
+        return _result({self.key: answer}, None)
+
+
+def _result(data: dict[str, Any] | None, errors: list[GraphQLError] | None) -> ExecutionResult:
+    # `extensions` as Strawberry's execute answers it when the schema has no extensions
+    return ExecutionResult(data=data, errors=errors, extensions={})
+
+
+class DirectOperations:
+    """The compiled operations of one schema, by query text and operation name (bounded)."""
+
+    def __init__(self, maxsize: int = DIRECT_CACHE_SIZE) -> None:
+        self._maxsize = maxsize
+        self._entries: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
+
+    def find(
+        self,
+        schema: Any,
+        document: DocumentNode,
+        query: str,
+        operation_name: str | None,
+        variables: dict[str, Any] | None,
+    ) -> DirectOperation | None:
+        key = (query, operation_name)
+        entry = self._entries.get(key)
+        if entry is None:
+            compiled = compile_operation(schema, document, operation_name, variables)
+            if compiled is None:
+                return None  # the variables did not coerce: perhaps the next request's will
+            entry = self._entries[key] = compiled
+            if len(self._entries) > self._maxsize:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        return entry if isinstance(entry, DirectOperation) else None
+
+
+def compile_operation(
+    schema: Any,
+    document: DocumentNode,
+    operation_name: str | None,
+    variables: dict[str, Any] | None,
+) -> DirectOperation | object | None:
+    """The direct operation of a valid document, _NOT_DIRECT when it does not qualify, None
+    when `variables` do not coerce (undecided)."""
+    operation = get_operation_ast(document, operation_name)
+    if operation is None or operation.operation is not OperationType.QUERY:
+        return _NOT_DIRECT
+    if not _literal_directives(document):
+        return _NOT_DIRECT
+    graphql_schema: GraphQLSchema = schema._schema
+    executor = GatewayExecutionContext.build(
+        graphql_schema, document, raw_variable_values=variables, operation_name=operation_name
+    )
+    if not isinstance(executor, GatewayExecutionContext):
+        return None  # the variables do not coerce
+    root_type = graphql_schema.query_type
+    assert root_type is not None
+    grouped, defer_usages, _ = collect_fields(
+        graphql_schema, executor.fragments, executor.variable_values, root_type, operation
+    )
+    if defer_usages or len(grouped) != 1:
+        return _NOT_DIRECT
+    [(key, details)] = grouped.items()
+    if any(detail.fragment_variable_values is not None for detail in details):
+        return _NOT_DIRECT
+    nodes = tuple(detail.node for detail in details)
+    field_def = root_type.fields.get(nodes[0].name.value)
+    if field_def is None:
+        return _NOT_DIRECT
+    resolver = _record_resolver(field_def)
+    if resolver is None:
+        return _NOT_DIRECT
+    operations, is_list, strawberry_field = resolver
+    field_type = field_def.type
+    non_null = isinstance(field_type, GraphQLNonNull)
+    named = field_type.of_type if non_null else field_type
+    if not isinstance(named, GraphQLObjectType):
+        return _NOT_DIRECT
+    plan = executor.subfields_plan(named, details)
+    if plan is None:
+        return _NOT_DIRECT
+    fragments = {
+        definition.name.value: definition
+        for definition in document.definitions
+        if isinstance(definition, FragmentDefinitionNode)
+    }
+    # Strawberry's `Info.selected_fields` of the field, from the same nodes (names only).
+    info = SimpleNamespace(fragments=fragments, variable_values={})
+    selected = Selected.of(convert_selections(info, nodes))  # type: ignore[arg-type]
+
+    def convert(values: dict[str, Any]) -> dict[str, Any]:
+        return convert_arguments(
+            values,
+            strawberry_field.arguments,
+            scalar_registry=schema.schema_converter.scalar_registry,
+            config=schema.config,
+        )
+
+    arguments = None
+    if not operation.variable_definitions:
+        try:
+            arguments = convert(get_argument_values(field_def, nodes[0], None))
+        except Exception:  # the normal execution raises and reports it
+            return _NOT_DIRECT
+    return DirectOperation(
+        key=key,
+        nodes=nodes,
+        field_def=field_def,
+        non_null=non_null,
+        operations=operations,
+        is_list=is_list,
+        selected=selected,
+        plan=plan,
+        operation=operation,
+        convert=convert,
+        arguments=arguments,
+    )
+
+
+def _record_resolver(field_def: GraphQLField) -> tuple[RecordOperations, bool, Any] | None:
+    """The RecordOperations behind a generated list or get field, whether it lists, and the
+    Strawberry field; None for any other field, or one with extensions or permissions."""
+    strawberry_field = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if strawberry_field is None or strawberry_field.extensions:
+        return None
+    if strawberry_field.permission_classes or strawberry_field.directives:
+        return None
+    base = strawberry_field.base_resolver
+    implementation = getattr(getattr(base, "wrapped_func", None), "implementation", None)
+    owner = getattr(implementation, "__self__", None)
+    if not isinstance(owner, RecordOperations):
+        return None
+    function = getattr(implementation, "__func__", None)
+    if function is RecordOperations.list_page:
+        return owner, True, strawberry_field
+    if function is RecordOperations.get:
+        return owner, False, strawberry_field
+    return None
+
+
+def _literal_directives(document: DocumentNode) -> bool:
+    """Every directive of the document is @include or @skip with a literal condition (so the
+    selection does not depend on the variables), and no fragment declares variables."""
+    stack: list[Node] = list(document.definitions)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, FragmentDefinitionNode) and node.variable_definitions:
+            return False
+        for directive in getattr(node, "directives", None) or ():
+            if not _literal_directive(directive):
+                return False
+        selection_set = getattr(node, "selection_set", None)
+        if selection_set is not None:
+            stack.extend(selection_set.selections)
+    return True
+
+
+def _literal_directive(directive: DirectiveNode) -> bool:
+    if directive.name.value not in _LITERAL_DIRECTIVES:
+        return False
+    return not any(
+        isinstance(argument.value, VariableNode) for argument in directive.arguments or ()
+    )
+
+
+__all__ = ["DirectOperation", "DirectOperations", "compile_operation"]
