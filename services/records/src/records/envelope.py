@@ -308,6 +308,7 @@ def _trace_context(raw: str) -> dict[str, str]:
 _HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _NEWLINES = str.maketrans({"\r": " ", "\n": " "})
 _SUBJECT_INVALID = re.compile(r"[\s]")
+_HEADER_NAMES: set[str] = set()  # names seen valid
 
 
 def pub_frame(subject: str, reply: str, headers: Mapping[str, str], payload: bytes) -> bytes:
@@ -318,12 +319,19 @@ def pub_frame(subject: str, reply: str, headers: Mapping[str, str], payload: byt
         raise ValueError(f"invalid subject {subject!r} (reply {reply!r})")
     lines = ["NATS/1.0\r\n"]
     for key, value in headers.items():
-        name = key.strip()
-        if not name:
-            continue
-        if not _HEADER_KEY.fullmatch(name):
-            raise ValueError(f"invalid header name {name!r}")
-        lines.append(f"{name}: {value.strip().translate(_NEWLINES)}\r\n")
+        name = key
+        if name not in _HEADER_NAMES:  # checked once per name
+            name = key.strip()
+            if not name:
+                continue
+            if not _HEADER_KEY.fullmatch(name):
+                raise ValueError(f"invalid header name {name!r}")
+            if name == key and len(_HEADER_NAMES) < 64:
+                _HEADER_NAMES.add(name)
+        text = value.strip()
+        if "\r" in text or "\n" in text:
+            text = text.translate(_NEWLINES)
+        lines.append(f"{name}: {text}\r\n")
     lines.append("\r\n")
     block = "".join(lines).encode()
     return b"".join(
