@@ -32,7 +32,7 @@ import uvloop
 from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-from bench.benchlib import BenchContext, Result
+from bench.benchlib import BenchContext, Result, TreeCpu
 
 BUDGET_EVENTS_PER_SECOND = 10_000
 
@@ -100,13 +100,23 @@ async def run(ctx: BenchContext) -> list[Result]:
     """The stack's relay publishing a backlog while the stack's consumers read the stream."""
     count = 2_000 if ctx.smoke else 20_000
     connection = await asyncpg.connect(ctx.database_url)
+    meter = TreeCpu(ctx.process_pids)  # every process of the stack, read from /proc
     try:
         await wait_drained(connection)
         await write_backlog(connection, count, await listened_workspace(connection))
+        meter.start()  # from the backlog's commit: the relay's reads, publishes and marks
         seconds = await wait_drained(connection)
+        used = meter.seconds()
     finally:
         await connection.close()
-    return [_row("relay: outbox backlog -> JetStream, in the stack", count, seconds)]
+    row = _row("relay: outbox backlog -> JetStream, in the stack", count, seconds)
+    if used:
+        parts = [part for part in ("records", "postgres", "nats") if part in used]
+        row.cpu_ms_per_request = {part: round(used[part] * 1000 / count, 4) for part in parts}
+        row.notes += "; CPU us/event (the relay's records process, PostgreSQL, NATS): " + ", ".join(
+            f"{part} {used[part] * 1e6 / count:.0f}" for part in parts
+        )
+    return [row]
 
 
 async def _alone(database_url: str, nats_url: str, count: int, pids: dict[str, int]) -> Result:

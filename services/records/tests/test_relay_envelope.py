@@ -1,12 +1,15 @@
-"""Outbox rows as JetStream messages: envelope fields, the record carried once, size trimming."""
+"""Outbox rows as JetStream messages: envelope fields, the record carried once, size trimming,
+the envelope written without protobuf, the publish frames."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
+from nats.aio.client import Client as NatsClient
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -14,7 +17,15 @@ from crm.common.v1 import common_pb2
 from crm.events.v1 import events_pb2
 from crmkit import telemetry
 from crmkit.messaging import previous_record_json
-from records.envelope import Message, OutboxRow, message_of, timestamp_of
+from records.envelope import (
+    Message,
+    OutboxRow,
+    encode_event,
+    message_of,
+    pub_frame,
+    record_event,
+    timestamp_of,
+)
 from records.relay import _publish_span
 
 WS = "11111111-2222-4333-8444-555555555555"
@@ -164,3 +175,55 @@ def test_a_row_of_an_unsampled_trace_keeps_its_context_when_nothing_records(
     span.end()
     assert spans.get_finished_spans() == ()
     assert headers == {"Nats-Msg-Id": "e7", "traceparent": unsampled}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"action": "created", "previous_record": None, "changed_fields": [], "cause": "write"},
+        {"action": "deleted", "cause": "merge", "previous_record": "{}"},
+        {"record": orjson.dumps({"id": "r1", "notes": "é" * 100}).decode()},  # two-byte lengths
+        {"record": orjson.dumps({"notes": "x" * 20_000}).decode()},  # three-byte lengths
+        {"changed_fields": ["city", "name", "ünïcode"], "sequence": 2**40},
+        {"actor_kind": "system", "actor_user_id": "u1", "actor_workflow_id": "w1"},
+        {"actor_kind": "something new", "actor_credential_id": "", "cause": "unknown"},
+        {"trace_context": orjson.dumps({"traceparent": TRACEPARENT, "tracestate": "a=1"}).decode()},
+        {"trace_context": "{}", "object_metadata_id": "", "workspace_id": WS.upper()},
+        {"occurred_at": datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)},
+        {"occurred_at": datetime(2026, 1, 2, 3, 4, 5, 6)},  # naive: UTC
+        {"occurred_at": datetime(1970, 1, 1, tzinfo=UTC), "sequence": 1},
+    ],
+)
+def test_the_written_envelope_is_the_protobuf_one(changes: dict[str, Any]) -> None:
+    stored = row(**changes)
+    expected = record_event(stored)
+    for _ in range(2):  # the second time from the cached parts
+        written = events_pb2.RecordEvent.FromString(
+            encode_event(stored, dict(expected.trace_context))
+        )
+        assert written == expected
+        assert written.SerializeToString(deterministic=True) == expected.SerializeToString(
+            deterministic=True
+        )
+    assert decode(message_of(stored, 10**6)) == expected
+
+
+async def test_publish_frames_are_nats_pys_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = NatsClient()
+    sent: list[bytes] = []
+
+    async def capture(command: bytes, priority: bool = False) -> None:
+        sent.append(command)
+
+    monkeypatch.setattr(client, "_send_command", capture)
+    headers = {"Nats-Msg-Id": "e7", "traceparent": TRACEPARENT, "tracestate": " a=1\r\nPUB x "}
+    subject = f"crm.records.{WS}.person.updated"
+    for payload in (b"\x00\x01 binary \r\n", b""):
+        await client._send_publish(subject, "_INBOX.abc.3x17", payload, len(payload), headers)
+        assert pub_frame(subject, "_INBOX.abc.3x17", headers, payload) == sent[-1]
+    for bad in ("crm.records.a b", "", "crm.records.x\r\nPUB"):
+        with pytest.raises(ValueError, match="invalid subject"):
+            pub_frame(bad, "_INBOX.abc.1", {}, b"")
+    with pytest.raises(ValueError, match="invalid header"):
+        pub_frame(subject, "_INBOX.abc.1", {"bad name": "x"}, b"")

@@ -7,10 +7,11 @@ the W3C trace context of the request that made the change.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -72,7 +73,7 @@ class OutboxRow:
         return cls(*row)  # columns in OUTBOX_COLUMNS order
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Message:
     sequence: int
     record_id: str
@@ -117,9 +118,28 @@ def record_event(row: OutboxRow) -> events_pb2.RecordEvent:
 
 
 def message_of(row: OutboxRow, max_payload: int) -> Message:
-    """The JetStream message of a row, trimmed to fit `max_payload` (the server's limit)."""
-    event = record_event(row)
-    limit = max(max_payload - _FRAMING_ALLOWANCE, 1024)
+    """The JetStream message of a row, trimmed to fit `max_payload` (the server's limit).
+
+    The payload is written by `encode_event` (the wire format of `record_event(row)`, without
+    building the message); only an event too large for the limit is built and trimmed."""
+    trace_context = _trace_context(row.trace_context)
+    payload = encode_event(row, trace_context)
+    if len(payload) > max(max_payload - _FRAMING_ALLOWANCE, 1024):
+        payload = _trimmed(record_event(row), max(max_payload - _FRAMING_ALLOWANCE, 1024))
+    headers = {MSG_ID_HEADER: row.event_id}
+    if trace_context:
+        headers.update(trace_context)
+    return Message(
+        row.sequence,
+        row.record_id,
+        record_subject(row.workspace_id, row.object_name, row.action),
+        payload,
+        headers,
+    )
+
+
+def _trimmed(event: events_pb2.RecordEvent, limit: int) -> bytes:
+    """The event without its before state, and then without its record, while over `limit`."""
     payload = event.SerializeToString()
     if len(payload) > limit and event.previous_values_json:
         event.previous_values_json = b""
@@ -129,17 +149,149 @@ def message_of(row: OutboxRow, max_payload: int) -> Message:
         event.record_json = b""
         event.record_omitted = True
         payload = event.SerializeToString()
-    headers = {MSG_ID_HEADER: row.event_id, **dict(event.trace_context)}
-    return Message(
-        sequence=row.sequence,
-        record_id=row.record_id,
-        subject=record_subject(row.workspace_id, row.object_name, row.action),
-        payload=payload,
-        headers=headers,
+    return payload
+
+
+# Protobuf wire format (https://protobuf.dev/programming-guides/encoding/): a field is its key
+# (field number << 3 | wire type: 0 varint, 2 length-delimited) then its value; a proto3 field
+# holding its default (0, "", false) is not written. Fields may come in any order.
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64 / enum: two's complement, ten bytes
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _text(key: bytes, value: str) -> bytes:
+    return _bytes(key, value.encode()) if value else b""
+
+
+def _bytes(key: bytes, value: bytes) -> bytes:
+    return key + _varint(len(value)) + value if value else b""
+
+
+def _number(key: bytes, value: int) -> bytes:
+    return key + _varint(value) if value else b""
+
+
+# Keys of RecordEvent's fields (proto/crm/events/v1/events.proto), and of Actor's, Timestamp's
+# and a map entry's.
+_ID, _WORKSPACE, _OBJECT, _OBJECT_METADATA = b"\x0a", b"\x12", b"\x1a", b"\x22"
+_ACTION, _CAUSE, _RECORD_ID, _RECORD_JSON = b"\x28", b"\x30", b"\x3a", b"\x42"
+_ACTOR, _OCCURRED_AT, _TRACE_CONTEXT, _SEQUENCE = b"\x52", b"\x5a", b"\x62", b"\x68"
+_CHANGED_FIELDS, _PREVIOUS_VALUES = b"\x72", b"\x8a\x01"
+_FIELD_1_VARINT, _FIELD_2_VARINT = b"\x08", b"\x10"
+_FIELD_1_BYTES, _FIELD_2_BYTES, _FIELD_3_BYTES, _FIELD_4_BYTES = b"\x0a", b"\x12", b"\x1a", b"\x22"
+_CONSTANT_PARTS_KEPT = 1024
+_constant_parts: dict[tuple[str, ...], bytes] = {}
+
+
+def _constant_part(row: OutboxRow) -> bytes:
+    """The fields shared by the events of one statement (workspace, object, action, cause,
+    actor), encoded once per distinct combination (a bounded cache)."""
+    key = (
+        row.workspace_id,
+        row.object_name,
+        row.object_metadata_id,
+        row.action,
+        row.cause,
+        row.actor_kind,
+        row.actor_user_id,
+        row.actor_credential_id,
+        row.actor_workflow_id,
     )
+    part = _constant_parts.get(key)
+    if part is None:
+        actor = (
+            _number(
+                _FIELD_1_VARINT,
+                _ACTOR_KINDS.get(row.actor_kind, common_pb2.PRINCIPAL_KIND_UNSPECIFIED),
+            )
+            + _text(_FIELD_2_BYTES, row.actor_user_id)
+            + _text(_FIELD_3_BYTES, row.actor_credential_id)
+            + _text(_FIELD_4_BYTES, row.actor_workflow_id)
+        )
+        part = (
+            _text(_WORKSPACE, row.workspace_id)
+            + _text(_OBJECT, row.object_name)
+            + _text(_OBJECT_METADATA, row.object_metadata_id)
+            + _number(_ACTION, RECORD_ACTIONS[row.action])
+            + _number(_CAUSE, _CAUSES.get(row.cause, events_pb2.CHANGE_CAUSE_UNSPECIFIED))
+            + _ACTOR
+            + _varint(len(actor))
+            + actor
+        )
+        if len(_constant_parts) >= _CONSTANT_PARTS_KEPT:
+            _constant_parts.clear()
+        _constant_parts[key] = part
+    return part
+
+
+_SMALL = [bytes((n,)) for n in range(0x80)]
+_last_occurred: list[Any] = [None, b""]  # the last timestamp encoded: a statement's rows share it
+
+
+def _length(value: bytes) -> bytes:
+    size = len(value)
+    return _SMALL[size] if size < 0x80 else _varint(size)
+
+
+def _occurred_at(moment: datetime) -> bytes:
+    if moment == _last_occurred[0]:
+        return cast(bytes, _last_occurred[1])
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    delta = moment - _EPOCH
+    seconds = delta.days * 86_400 + delta.seconds
+    timestamp = _number(_FIELD_1_VARINT, seconds) + _number(
+        _FIELD_2_VARINT, delta.microseconds * 1000
+    )
+    encoded = _OCCURRED_AT + _length(timestamp) + timestamp
+    _last_occurred[:] = [moment, encoded]
+    return encoded
+
+
+def encode_event(row: OutboxRow, trace_context: Mapping[str, str]) -> bytes:
+    """`record_event(row).SerializeToString()`, parsed alike (the fields may be in another
+    order), written directly rather than built as a message and serialised."""
+    event_id = row.event_id.encode()
+    record_id = row.record_id.encode()
+    record = row.record.encode()
+    previous = row.previous_record.encode() if row.previous_record else b""
+    parts = [
+        _ID,
+        _length(event_id),
+        event_id,
+        _constant_part(row),
+        _RECORD_ID,
+        _length(record_id),
+        record_id,
+        _occurred_at(row.occurred_at),
+        _SEQUENCE,
+        _varint(row.sequence),
+    ]
+    if record:
+        parts += (_RECORD_JSON, _length(record), record)
+    if previous:
+        parts += (_PREVIOUS_VALUES, _length(previous), previous)
+    for name in row.changed_fields:
+        field = name.encode()
+        parts += (_CHANGED_FIELDS, _length(field), field)
+    for key, value in trace_context.items():
+        entry = _text(_FIELD_1_BYTES, key) + _text(_FIELD_2_BYTES, value)
+        parts += (_TRACE_CONTEXT, _length(entry), entry)
+    return b"".join(parts)
 
 
 def _trace_context(raw: str) -> dict[str, str]:
+    if not raw or raw == "{}":  # rows written outside any trace
+        return {}
     try:
         decoded = orjson.loads(raw or "{}")
     except orjson.JSONDecodeError:
@@ -151,3 +303,42 @@ def _trace_context(raw: str) -> dict[str, str]:
         for key, value in decoded.items()
         if key in TRACE_HEADERS and isinstance(value, str)
     }
+
+
+_HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
+_SUBJECT_INVALID = re.compile(r"[\s]")
+_HEADER_NAMES: set[str] = set()  # names seen valid
+
+
+def pub_frame(subject: str, reply: str, headers: Mapping[str, str], payload: bytes) -> bytes:
+    """The NATS protocol frame publishing `payload` with `headers` (`HPUB`), byte for byte what
+    nats-py's `Client.publish` writes; the relay writes many of them at once. Raises ValueError
+    for a subject, reply or header the protocol cannot carry."""
+    if not subject or _SUBJECT_INVALID.search(subject) or _SUBJECT_INVALID.search(reply):
+        raise ValueError(f"invalid subject {subject!r} (reply {reply!r})")
+    lines = ["NATS/1.0\r\n"]
+    for key, value in headers.items():
+        name = key
+        if name not in _HEADER_NAMES:  # checked once per name
+            name = key.strip()
+            if not name:
+                continue
+            if not _HEADER_KEY.fullmatch(name):
+                raise ValueError(f"invalid header name {name!r}")
+            if name == key and len(_HEADER_NAMES) < 64:
+                _HEADER_NAMES.add(name)
+        text = value.strip()
+        if "\r" in text or "\n" in text:
+            text = text.translate(_NEWLINES)
+        lines.append(f"{name}: {text}\r\n")
+    lines.append("\r\n")
+    block = "".join(lines).encode()
+    return b"".join(
+        (
+            f"HPUB {subject} {reply} {len(block)} {len(block) + len(payload)}\r\n".encode(),
+            block,
+            payload,
+            b"\r\n",
+        )
+    )
