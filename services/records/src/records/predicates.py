@@ -18,6 +18,7 @@ from crm.metadata.v1 import metadata_pb2 as md
 from crmkit.authz import Access
 from crmkit.filters import OPERATOR_NAMES
 from records import search_ddl, values
+from records.ddl import btree_indexed
 from records.model import (
     SORTABLE_TYPES,
     TEXT_KEY_CHARS,
@@ -104,7 +105,7 @@ class Target:
     kind: int
     item: FieldModel | None
     path: str
-    prefixed: bool = False  # long text: its b-tree index holds text_key(column), not the column
+    prefixed: bool = False  # indexed long text: its b-tree holds text_key(column), not the column
     search: str = ""  # the object's search column, when the field is in it (fragment filters)
 
 
@@ -186,7 +187,9 @@ class PredicateCompiler:
         if rest:
             raise values.fail(path, f"{head} has no sub-fields")
         kind = md.FIELD_TYPE_UUID if item.is_many_to_one else item.type
-        prefixed = kind in UNBOUNDED_TEXT_TYPES
+        # The key condition helps only where the (key, id) btree exists; elsewhere it would only
+        # hide the column's statistics from the planner (an expression it has none for).
+        prefixed = kind in UNBOUNDED_TEXT_TYPES and btree_indexed(obj, item)
         column = f"{alias}.{quote(item.column)}"
         search = ""
         if condition.operator in _FRAGMENTS:
