@@ -12,7 +12,7 @@ from crmkit import db, messaging
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
-from records import history_retention, idempotency, migrator
+from records import history_retention, idempotency, migrator, search
 from records.cache import SchemaCache
 from records.event_interest import EventInterestServicer
 from records.import_servicer import ImportServicer
@@ -27,22 +27,33 @@ SCHEMA = "records"
 
 async def serve(settings: RecordsSettings) -> None:
     registry = CollectorRegistry()
+    timeout = {"statement_timeout": f"{round(settings.DB_STATEMENT_TIMEOUT * 1000)}"}
     pool = await db.create_pool(
         settings.DATABASE_URL,
         min_size=settings.DB_POOL_MIN_SIZE,
         max_size=settings.DB_POOL_MAX_SIZE,
         application_name="records",
         statement_cache_size=settings.DB_STATEMENT_CACHE_SIZE,
-        # A search of three or more words is a statement over asyncpg's default 15 KB (one scan
-        # per object, each with its record JSON); uncached, each search parsed and planned it
-        # again, 2x the time of the search (docs/data-model.md, "Search").
-        max_cacheable_statement_size=64 * 1024,
         # Requests never change session state (no SET, LISTEN, cursors or session advisory
         # locks; the relay has its own connection): skip the reset round trip per call.
         reset_session=False,
-        session_settings={"statement_timeout": f"{round(settings.DB_STATEMENT_TIMEOUT * 1000)}"},
+        session_settings=timeout,
     )
-    observe_pools(registry, {"records": pool})
+    # Searches get sessions of their own, carrying their settings (no transaction per search to
+    # set them: two round trips fewer). A search of three or more words is a statement over
+    # asyncpg's default 15 KB (one scan per object, each with its record JSON); uncached, each
+    # search parsed and planned it again, 2x the time of the search (docs/data-model.md).
+    search_pool = await db.create_pool(
+        settings.DATABASE_URL,
+        min_size=1,
+        max_size=max(1, settings.DB_POOL_MAX_SIZE // 2),
+        application_name="records-search",
+        statement_cache_size=settings.DB_STATEMENT_CACHE_SIZE,
+        max_cacheable_statement_size=64 * 1024,
+        reset_session=False,
+        session_settings={**timeout, **search.SESSION_SETTINGS},
+    )
+    observe_pools(registry, {"records": pool, "records-search": search_pool})
     nats = await messaging.connect(settings.NATS_URL, "records")
     metrics = RecordsMetrics.create(registry)
     cache = SchemaCache(pool, metrics, capacity=settings.SCHEMA_CACHE_SIZE)
@@ -55,6 +66,7 @@ async def serve(settings: RecordsSettings) -> None:
         nats,
         count_cap=settings.RECORDS_COUNT_CAP,
         idempotency_ttl=float(settings.IDEMPOTENCY_KEY_TTL),
+        search_pool=search_pool,
     )
     relay = OutboxRelay(settings, nats, metrics)
     imports = ImportServicer(
@@ -94,7 +106,7 @@ async def serve(settings: RecordsSettings) -> None:
             partial(history_retention.prune_forever, pool, settings, metrics),
             import_worker.run,
         ],
-        on_shutdown=[nats.drain, pool.close],
+        on_shutdown=[nats.drain, pool.close, search_pool.close],
     )
     await run_service(settings, registry, runtime)
 

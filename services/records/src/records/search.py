@@ -7,8 +7,10 @@ exactly is a second statement run that is typo-tolerant: there, each term of thr
 characters that no searched record contains as typed matches by trigram word similarity (`<%`,
 at least SIMILARITY) instead, the others as before. Scores are tiered (`_Statement._score`);
 results are ordered by score, object name and id, keyset-paged by an opaque cursor. A search
-is one transaction: its settings and the folded query, the exact statement and, when needed, the
-probe for words found as typed (`unmatched`) and the typo-tolerant statement.
+runs on a connection of records' search pool, whose sessions carry its settings
+(`SESSION_SETTINGS`), as up to four statements without a transaction around them (they only read):
+the query folded, the exact statement and, when needed, the probe for words found as typed
+(`unmatched`) and the typo-tolerant statement.
 """
 
 from __future__ import annotations
@@ -304,18 +306,20 @@ def unmatched(query: Query, terms: list[str]) -> Plan:
     return Plan(f"SELECT ARRAY[{', '.join(probes)}]", params.values)
 
 
-# The search's settings, for its transaction, and the query folded as the search columns are.
-# Sequential scans are off: the planner costs the `<%` operator like a comparison, so on tables
-# of a few hundred rows it chose to compute a trigram similarity per row (20 ms for 800 rows)
-# instead of using the search index (1 ms). Plans are generic: the statements leave the planner
-# no choice that depends on the words (each object's search index, then a bounded sort), and
-# planning them for every search cost more than running most of them (about 0.4 ms per object).
-_PREPARE = (
-    "SELECT set_config('pg_trgm.word_similarity_threshold', $1::text, true), "
-    "set_config('enable_seqscan', 'off', true), "
-    "set_config('plan_cache_mode', 'force_generic_plan', true), "
-    f"{search_ddl.FOLD}($2::text)"
-)
+# The settings every search runs under: the sessions of records' search pool carry them
+# (`session_settings`), so a search needs no transaction to set them. Sequential scans are off: the
+# planner costs the `<%` operator like a comparison, so on tables of a few hundred rows it chose to
+# compute a trigram similarity per row (20 ms for 800 rows) instead of using the search index
+# (1 ms). Plans are generic: the statements leave the planner no choice that depends on the words
+# (each object's search index, then a bounded sort), and planning them for every search cost more
+# than running most of them (about 0.4 ms per object).
+SESSION_SETTINGS = {
+    "pg_trgm.word_similarity_threshold": str(SIMILARITY),
+    "enable_seqscan": "off",
+    "plan_cache_mode": "force_generic_plan",
+}
+# The query folded as the search columns are.
+_FOLD = f"SELECT {search_ddl.FOLD}($1::text)"
 
 
 async def find(
@@ -329,27 +333,26 @@ async def find(
     if not query.objects:
         return [], query
     typo_page = query.after is not None and query.after.score < TYPO_SCORES_BELOW
-    async with connection.transaction(readonly=True):
-        settings = await connection.fetchrow(_PREPARE, str(SIMILARITY), query.text)
-        terms = settings[3].split()
-        if not terms:  # nothing but characters folding drops (a lone combining accent)
-            return [], query
-        if not typo_page:
-            exact = plan(trigram, query, terms)
-            rows: list[Any] = await connection.fetch(exact.sql, *exact.params)
-            if rows or query.after is not None:
-                return rows, query
-        if all(len(term) < SHORT_TERM for term in terms):
-            return [], query  # nothing to match with a typo
-        if len(terms) == 1:  # the exact statement found it nowhere
-            typos = [True]
-        else:
-            probe = unmatched(query, terms)
-            typos = list(await connection.fetchval(probe.sql, *probe.params))
-        if not any(typos):
-            return [], query
-        fuzzy = plan(trigram, query, terms, typos)
-        rows = await connection.fetch(fuzzy.sql, *fuzzy.params)
+    folded: str = await connection.fetchval(_FOLD, query.text)
+    terms = folded.split()
+    if not terms:  # nothing but characters folding drops (a lone combining accent)
+        return [], query
+    if not typo_page:
+        exact = plan(trigram, query, terms)
+        rows: list[Any] = await connection.fetch(exact.sql, *exact.params)
+        if rows or query.after is not None:
+            return rows, query
+    if all(len(term) < SHORT_TERM for term in terms):
+        return [], query  # nothing to match with a typo
+    if len(terms) == 1:  # the exact statement found it nowhere
+        typos = [True]
+    else:
+        probe = unmatched(query, terms)
+        typos = list(await connection.fetchval(probe.sql, *probe.params))
+    if not any(typos):
+        return [], query
+    fuzzy = plan(trigram, query, terms, typos)
+    rows = await connection.fetch(fuzzy.sql, *fuzzy.params)
     return rows, query
 
 

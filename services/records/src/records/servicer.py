@@ -64,8 +64,11 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         nats: NatsClient | None = None,
         count_cap: int = 10_000,
         idempotency_ttl: float = 24 * 3600.0,
+        search_pool: Any = None,
     ) -> None:
         self._pool = pool
+        # Searches run on sessions carrying search.SESSION_SETTINGS (app.serve's search pool).
+        self._search_pool = search_pool if search_pool is not None else pool
         self._nats = nats
         self._count_cap = count_cap
         self._idempotency_ttl = idempotency_ttl
@@ -244,7 +247,7 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         principal = self._principals.require(context)
         model = await self._cache.get(principal.workspace_id, request.metadata_version)
         ctx = RequestContext(principal, model)
-        async with self._pool.acquire() as connection:
+        async with self._search_pool.acquire() as connection:
             if not self._trigram:
                 self._trigram = await search_ddl.trigram_schema(connection)
             return await search.search(connection, ctx, self._trigram, request)
