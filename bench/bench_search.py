@@ -200,9 +200,14 @@ async def _write_cost(writer: _Writer, rng: random.Random, batches: int) -> tupl
 async def _floor(
     ctx: BenchContext, workspace_id: str, queries: list[str], requests: int
 ) -> Samples:
-    """The same statements run by asyncpg directly (what records sends, without any hop)."""
+    """The same statements run by asyncpg directly (what records sends, without any hop), on a
+    session like those of records' search pool (its settings, statements cached up to 64 KB)."""
     assert ctx.database_url
-    connection = await asyncpg.connect(ctx.database_url)
+    connection = await asyncpg.connect(
+        ctx.database_url,
+        server_settings=search.SESSION_SETTINGS,
+        max_cacheable_statement_size=64 * 1024,
+    )
     try:
         raw = await connection.fetchval(
             "SELECT schema_proto FROM records.workspace_schemas WHERE workspace_id = $1",
