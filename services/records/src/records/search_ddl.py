@@ -60,8 +60,23 @@ def column_name(fields: list[FieldModel]) -> str:
     return COLUMN_PREFIX + _digest(":".join(item.id for item in fields))
 
 
+# What a write adds to a GIN index waits in the index's pending list until it is merged in (by
+# autovacuum, or by the write that finds the list over this size, in kB), and every search reads
+# the whole list. With PostgreSQL's default (4 MB) a search over 100,000 records took 9.5 to
+# 24.5 ms at p50 depending on how full the lists were when it ran; 256 kB bounds that read and
+# still merges writes in batches.
+PENDING_LIST_KB = 256
+
+
 def index_name(obj: ObjectModel, fields: list[FieldModel]) -> str:
-    return f"{PREFIX}{_digest(obj.id)}_{_digest(':'.join(item.id for item in fields))}"
+    """The search index of `obj` over `fields`; the name carries the index's shape (its pending
+    list size), so a new shape is a new index and the old one is dropped."""
+    shape = ":".join(item.id for item in fields) + f":pending{PENDING_LIST_KB}"
+    return f"{_object_prefix(obj)}{_digest(shape)}"
+
+
+def _object_prefix(obj: ObjectModel) -> str:
+    return f"{PREFIX}{_digest(obj.id)}_"
 
 
 def plan(schema: str, catalog: Catalog, model: WorkspaceModel, trigram: str) -> list[str]:
@@ -74,15 +89,22 @@ def plan(schema: str, catalog: Catalog, model: WorkspaceModel, trigram: str) -> 
         existing = [name for name in columns if name.startswith(COLUMN_PREFIX)]
         fields = searchable_fields(obj) if obj.is_active else []
         wanted = column_name(fields) if fields else ""
+        index = index_name(obj, fields) if fields else ""
         if wanted and wanted not in existing:
             statements.append(
                 f"ALTER TABLE {obj.table} ADD COLUMN {quote(wanted)} text "
                 f"GENERATED ALWAYS AS ({document(fields)}) STORED"
             )
+        statements.extend(
+            f"DROP INDEX IF EXISTS {quote(obj.schema)}.{quote(name)}"
+            for name in sorted(catalog.indexes)
+            if name.startswith(_object_prefix(obj)) and name != index
+        )
+        if index and index not in catalog.indexes:
             statements.append(
-                f"CREATE INDEX IF NOT EXISTS {quote(index_name(obj, fields))} ON {obj.table} "
+                f"CREATE INDEX IF NOT EXISTS {quote(index)} ON {obj.table} "
                 f"USING gin ({quote(wanted)} {quote(trigram)}.gin_trgm_ops) "
-                'WHERE "deletedAt" IS NULL'
+                f'WITH (gin_pending_list_limit = {PENDING_LIST_KB}) WHERE "deletedAt" IS NULL'
             )
         statements.extend(
             f"ALTER TABLE {obj.table} DROP COLUMN IF EXISTS {quote(name)}"
