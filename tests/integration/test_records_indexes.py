@@ -135,7 +135,7 @@ def test_each_field_gets_the_indexes_its_flag_asks_for(seeded: tuple[Api, str], 
     assert not any("USING hash" in definition for definition in person), person
     # One GIN on the person table: its search column's, no per-field trigram index, with a
     # small pending list (every search reads the whole list: data-model.md, Search).
-    assert "WITH (gin_pending_list_limit='256')" in _search_gin(person)
+    assert "WITH (gin_pending_list_limit='1024')" in _search_gin(person)
     assert sum(" USING gin " in definition for definition in person) == 1, person
     company = _definitions(dsn, schema, "company")
     assert _on(company, "name") == [_keyed("name")]

@@ -63,9 +63,10 @@ def column_name(fields: list[FieldModel]) -> str:
 # What a write adds to a GIN index waits in the index's pending list until it is merged in (by
 # autovacuum, or by the write that finds the list over this size, in kB), and every search reads
 # the whole list. With PostgreSQL's default (4 MB) a search over 100,000 records took 9.5 to
-# 24.5 ms at p50 depending on how full the lists were when it ran; 256 kB bounds that read and
-# still merges writes in batches.
-PENDING_LIST_KB = 256
+# 24.5 ms at p50 depending on how full the lists were when it ran; 1 MB bounds that read (12-14
+# ms) while writes still merge in batches (256 kB: 10-12 ms, but a batch of 1,000 records took
+# 2-2.2x the time without the index, against 1.5-1.6x at 1 MB; docs/benchmarks.md).
+PENDING_LIST_KB = 1024
 
 
 def index_name(obj: ObjectModel, fields: list[FieldModel]) -> str:
