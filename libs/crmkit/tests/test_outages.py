@@ -8,6 +8,7 @@ import asyncpg
 import nats.errors
 import pytest
 
+from crmkit.db import PoolFloorRetries
 from crmkit.errors import unavailable_dependency
 from crmkit.outages import OutageLog
 
@@ -60,3 +61,30 @@ def test_an_outage_is_logged_once_then_its_recovery(caplog: pytest.LogCaptureFix
     assert messages[0].startswith("database unavailable (logged once per outage)")
     assert "100 calls failed" in messages[1]
     assert not outage.down
+
+
+def test_pool_floor_retries_log_one_line_a_minute_without_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("test.asyncpg.pool")
+    retries = PoolFloorRetries(every_seconds=60)
+    logger.addFilter(retries)
+    try:
+        with caplog.at_level(logging.WARNING, logger="test.asyncpg.pool"):
+            for _ in range(3):
+                try:
+                    raise ConnectionRefusedError(111, "Connection refused")
+                except ConnectionRefusedError:
+                    logger.warning(
+                        "Failed to restore the pool connection floor; retrying", exc_info=True
+                    )
+            logger.warning("another warning")
+    finally:
+        logger.removeFilter(retries)
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == [
+        "Failed to restore the pool connection floor; retrying (at most once a minute):"
+        " [Errno 111] Connection refused",
+        "another warning",
+    ]
+    assert caplog.records[0].exc_info is None

@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -22,7 +23,7 @@ from asyncpg.pool import PoolConnectionProxy
 from opentelemetry import trace
 
 from crmkit.errors import InvalidArgument
-from crmkit.outages import OutageLog
+from crmkit.outages import REMINDER_SECONDS, OutageLog, first_line
 
 log = logging.getLogger("crmkit.db")
 _tracer = trace.get_tracer("crmkit.db")
@@ -98,6 +99,38 @@ class TracedConnection(asyncpg.Connection):
         return await _traced(query, super().fetchmany(query, args, **kwargs))
 
 
+class PoolFloorRetries(logging.Filter):
+    """asyncpg's "Failed to restore the pool connection floor" warning as one line a minute.
+
+    asyncpg logs it with a traceback on every retry of every pool (after 1, 2, 4... s), so an
+    outage of a few seconds filled the log; the outage itself is logged by OutageLog.
+    """
+
+    FLOOR_MESSAGE = "Failed to restore the pool connection floor"
+
+    def __init__(self, every_seconds: float = REMINDER_SECONDS) -> None:
+        super().__init__()
+        self._every = every_seconds
+        self._last: float | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith(self.FLOOR_MESSAGE):
+            return True
+        now = time.monotonic()
+        if self._last is not None and now - self._last < self._every:
+            return False
+        self._last = now
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.msg} (at most once a minute): {first_line(record.exc_info[1])}"
+            record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+_POOL_FLOOR_RETRIES = PoolFloorRetries()
+
+
 async def _keep_session(connection: asyncpg.Connection) -> None:
     """A pool reset that leaves the session as it is (see create_pool)."""
 
@@ -123,6 +156,7 @@ async def create_pool(
     unlock) when a connection goes back to the pool, a round trip per pool call, for callers that
     never change session state; an open transaction is still rolled back.
     """
+    logging.getLogger("asyncpg.pool").addFilter(_POOL_FLOOR_RETRIES)  # addFilter skips a known one
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,

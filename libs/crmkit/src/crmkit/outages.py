@@ -47,7 +47,7 @@ class OutageLog:
             self._log.warning(
                 "%s unavailable (logged once per outage): %s",
                 self.dependency,
-                _first_line(error),
+                first_line(error),
                 extra={"dependency": self.dependency},
             )
         elif now - self._reminded >= self._reminder:
@@ -75,7 +75,7 @@ class OutageLog:
         self._failures = 0
 
 
-def _first_line(error: BaseException | str) -> str:
+def first_line(error: BaseException | str) -> str:
     text = error if isinstance(error, str) else (str(error) or type(error).__name__)
     lines = text.splitlines()
     return (lines[0] if lines else text)[:200]
