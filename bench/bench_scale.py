@@ -433,7 +433,13 @@ def main() -> None:
         StackConfig(
             data_dir=data_dir,
             app_secret=secrets.token_urlsafe(48),
-            extra_env={"LOG_LEVEL": "WARNING", "API_RATE_LIMITING_LIMIT": "100000000"},
+            extra_env={
+                "LOG_LEVEL": "WARNING",
+                "API_RATE_LIMITING_LIMIT": "100000000",
+                # The workspaces are sign-ups from one address, beyond the per-IP default (100).
+                "SIGNUP_MAX_PER_IP": str(args.workspaces + 10),
+                "SIGNUP_MAX_TOTAL": str(args.workspaces + 10),
+            },
             fast_postgres=args.fast,
         )
     )
