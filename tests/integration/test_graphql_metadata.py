@@ -216,3 +216,30 @@ def test_a_custom_object_is_usable_at_once_through_another_gateway(
                 break
             time.sleep(0.1)
         assert not body.get("errors"), body
+
+
+def test_a_field_change_waits_for_its_migration_beyond_the_call_timeout(
+    api: Api, extra_gateway: Callable[[dict[str, str]], str]
+) -> None:
+    # A searchable field is part of the object's generated search column, so adding one
+    # rewrites the table: with 10,000 people that takes about a second, longer than this
+    # gateway's GRPC_CALL_TIMEOUT. The change waits for its migration (METADATA_CHANGE_TIMEOUT)
+    # and answers what happened, instead of a timeout for a change rolled back or applied.
+    for start in range(0, 10_000, 1_000):
+        rows = [
+            {"firstName": f"First{i}", "lastName": f"Last{i}", "email": f"p{i}@example.com"}
+            for i in range(start, start + 1_000)
+        ]
+        api.ok("POST", "/rest/batch/people", status=201, json=rows)
+    slow_url = extra_gateway({"GRPC_CALL_TIMEOUT": "0.2"})
+    with httpx.Client(base_url=slow_url, timeout=180) as slow_http:
+        slow = Api(slow_http, api.session)
+        field = slow.data(
+            """mutation($o: UUID!) { createField(input: {objectMetadataId: $o, name: "memo",
+                 label: "Memo", type: TEXT, isSearchable: true}) { name isSearchable } }""",
+            {"o": api.object_id("person")},
+        )["createField"]
+        assert field == {"name": "memo", "isSearchable": True}
+        created = slow.create("people", {"firstName": "X", "memo": "Überweisung"})
+    found = api.ok("GET", "/rest/search", params={"q": "uberweis", "objects": "people"})
+    assert [hit["record"]["id"] for hit in found["data"]] == [created["id"]]

@@ -24,6 +24,10 @@ class GatewaySettings(CommonSettings, RedisSettings, NatsSettings):
     # Only for /healthz: the gateway owns no tables, but reports whether the database answers.
     DATABASE_URL: str | None = Field(default=None, pattern=r"^postgres(ql)?://")
     GRPC_CALL_TIMEOUT: float = Field(default=10.0, gt=0)
+    # Data-model changes (create/update objects and fields) wait for their schema migration,
+    # which on a large table can take minutes (docs/data-model.md): longer than metadata's own
+    # METADATA_MIGRATE_TIMEOUT (120 s), so the answer says what happened.
+    METADATA_CHANGE_TIMEOUT: float = Field(default=130.0, gt=0)
     HEALTH_CHECK_TIMEOUT: float = Field(default=1.0, gt=0)
     # Browser origins allowed to call the API (CORS), comma-separated and exact, e.g.
     # `https://app.example.com,http://localhost:5173`. Empty: no CORS headers at all.

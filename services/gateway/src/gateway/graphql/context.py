@@ -33,9 +33,9 @@ class GraphQLContext:
         """Metadata for upstream calls on behalf of this request's principal."""
         return self.state.principals.metadata(self.principal)
 
-    async def ask(self, method: Any, request: Any) -> Any:
+    async def ask(self, method: Any, request: Any, timeout: float | None = None) -> Any:
         """An upstream call on behalf of this request's principal (gateway.rpc.call)."""
-        return await call(method, request, self.grpc_metadata())
+        return await call(method, request, self.grpc_metadata(), timeout)
 
     def loader(self, key: Any, create: Callable[[], T]) -> T:
         """The request's loader for `key`, created by `create()` on first use."""

@@ -325,6 +325,13 @@ async def _metadata_call(info: strawberry.Info, method: str, request: Any) -> An
     return await context.ask(getattr(context.state.upstreams.metadata, method), request)
 
 
+async def _metadata_change(info: strawberry.Info, method: str, request: Any) -> Any:
+    """A data-model change: it waits for its schema migration (METADATA_CHANGE_TIMEOUT)."""
+    context = _context(info)
+    timeout = context.state.settings.METADATA_CHANGE_TIMEOUT
+    return await context.ask(getattr(context.state.upstreams.metadata, method), request, timeout)
+
+
 def _changed(info: strawberry.Info) -> None:
     """This gateway re-checks the data model on its next request of the workspace."""
     context = _context(info)
@@ -405,7 +412,7 @@ async def _create_object(info: strawberry.Info, input: CreateObjectInput) -> Obj
         description=_text(input.description),
         icon=_text(input.icon),
     )
-    response = await _metadata_call(info, "CreateObject", request)
+    response = await _metadata_change(info, "CreateObject", request)
     _changed(info)
     result: ObjectMetadataType = object_json(response)
     return result
@@ -426,7 +433,7 @@ async def _update_object(info: strawberry.Info, input: UpdateObjectInput) -> Obj
         value = getattr(input, name)
         if _set(value):
             setattr(request, name, value)
-    response = await _metadata_call(info, "UpdateObject", request)
+    response = await _metadata_change(info, "UpdateObject", request)
     _changed(info)
     result: ObjectMetadataType = object_json(response)
     return result
@@ -467,7 +474,7 @@ async def _create_field(info: strawberry.Info, input: CreateFieldInput) -> Field
         request.options.extend(_options(input.options))
     if isinstance(input.relation, RelationSettingsInput):
         request.relation.CopyFrom(_relation(input.relation))
-    response = await _metadata_call(info, "CreateField", request)
+    response = await _metadata_change(info, "CreateField", request)
     _changed(info)
     result: FieldMetadataType = field_json(response)
     return result
@@ -495,14 +502,14 @@ async def _update_field(info: strawberry.Info, input: UpdateFieldInput) -> Field
     if isinstance(input.options, list):
         request.options.extend(_options(input.options))
         request.replace_options = True
-    response = await _metadata_call(info, "UpdateField", request)
+    response = await _metadata_change(info, "UpdateField", request)
     _changed(info)
     result: FieldMetadataType = field_json(response)
     return result
 
 
 async def _delete_field(info: strawberry.Info, id: uuid.UUID) -> FieldMetadataType:
-    response = await _metadata_call(
+    response = await _metadata_change(
         info, "DeleteField", metadata_pb2.DeleteFieldRequest(id=str(id))
     )
     _changed(info)
