@@ -261,7 +261,10 @@ def judge(rows: dict[str, Result]) -> None:
         row.passed = row.errors == 0 and row.requests > 0 and ratio <= CPU_RATIO_BUDGET
 
 
-ROWS = (REST_LIST_ROW, REST_CREATE_ROW, GRAPHQL_LIST_ROW, GRAPHQL_CREATE_ROW)
+# Both lists run before both creates: the lists are compared on the same 1,200 people (after
+# a create run the table holds ~15,000 more, autovacuum analyzes it during the next run, and
+# PostgreSQL's CPU for the GraphQL list read 1.20 ms against the REST list's 0.40 ms).
+ROWS = (REST_LIST_ROW, GRAPHQL_LIST_ROW, REST_CREATE_ROW, GRAPHQL_CREATE_ROW)
 
 
 async def run(ctx: BenchContext) -> list[Result]:
