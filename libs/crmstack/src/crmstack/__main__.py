@@ -28,7 +28,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the ter
 
 def run(data_dir: Path) -> int:
     port_text = os.environ.get("PORT", "3000")
-    if not port_text.isdigit():
+    if not port_text.isdecimal():
         sys.stderr.write(f"configuration error: PORT must be a port number, got {port_text!r}\n")
         return 2
     try:

@@ -94,7 +94,7 @@ class StackConfig:
             value = environ.get(f"REPLICAS_{service}")
             if value is None:
                 continue
-            if not value.isdigit() or not 1 <= int(value) <= 16:
+            if not value.isdecimal() or not 1 <= int(value) <= 16:
                 raise StackError(
                     f"REPLICAS_{service} must be a whole number from 1 to 16, got {value!r}"
                 )

@@ -50,7 +50,7 @@ def new_csrf(app_secret: str, params: Mapping[str, str], lifetime: int) -> tuple
 def csrf_valid(app_secret: str, value: str, cookie: str | None, params: Mapping[str, str]) -> bool:
     nonce, _, rest = value.partition(".")
     expiry_text, _, mac = rest.partition(".")
-    if not nonce or not cookie or not expiry_text.isdigit():
+    if not nonce or not cookie or not expiry_text.isdecimal():
         return False
     if int(expiry_text) < time.time():
         return False

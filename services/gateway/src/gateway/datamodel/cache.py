@@ -175,7 +175,7 @@ def parse_announcement(subject: str, payload: bytes) -> tuple[str, int | None] |
         body = None
     if isinstance(body, dict):
         raw = body.get("version")
-        if isinstance(raw, int | str) and str(raw).isdigit():
+        if isinstance(raw, int | str) and str(raw).isdecimal():
             version = int(raw)
     elif isinstance(body, int) and not isinstance(body, bool):
         version = body

@@ -74,7 +74,7 @@ def _parse_bigint(value: Any) -> int:
         raise ValueError(f"BigInt cannot represent {value!r}")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    if isinstance(value, str) and value.lstrip("-").isdecimal():
         value = int(value)
     if not isinstance(value, int) or abs(value) > _MAX_BIGINT:
         raise ValueError(f"BigInt cannot represent {value!r}: expected a 64-bit integer")

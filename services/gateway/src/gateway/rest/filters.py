@@ -163,7 +163,7 @@ def _scalar_from_text(target: FieldPath, value: str) -> Any:
 def _number(value: str, target: FieldPath) -> int | float:
     text = value.strip()
     try:
-        number: int | float = int(text) if text.lstrip("-").isdigit() else float(text)
+        number: int | float = int(text) if text.lstrip("-").isdecimal() else float(text)
     except ValueError:
         raise InvalidArgument(f"`{target.path}` takes a number", field=target.path) from None
     checked: int | float = check_value(target, "eq", number)

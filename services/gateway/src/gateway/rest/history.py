@@ -35,7 +35,7 @@ def _limit(values: dict[str, list[str]]) -> int:
     if raw is None:
         return page_size(None)
     text = raw[0].strip()
-    if not text.lstrip("-").isdigit() or len(text) > 12:
+    if not text.lstrip("-").isdecimal() or len(text) > 12:
         raise InvalidArgument("`limit` must be an integer", field="limit")
     return page_size(int(text))
 

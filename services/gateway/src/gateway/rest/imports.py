@@ -125,7 +125,7 @@ async def list_imports(request: Request) -> Response:
         if name not in ("limit", "after"):
             raise InvalidArgument(f"unknown query parameter `{name}`", field=name)
     limit = query.get("limit", "20")
-    if not limit.isdigit():
+    if not limit.isdecimal():
         raise InvalidArgument("`limit` must be an integer", field="limit")
     stub = gateway_state(request).upstreams.imports
     response = await call(

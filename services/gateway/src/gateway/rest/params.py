@@ -46,7 +46,7 @@ class Params:
 
 def _integer(value: str, name: str) -> int:
     text = value.strip()
-    if not text.lstrip("-").isdigit() or len(text) > 12:
+    if not text.lstrip("-").isdecimal() or len(text) > 12:
         raise InvalidArgument(f"`{name}` must be an integer", field=name)
     return int(text)
 

@@ -33,7 +33,7 @@ def _single(request: Request, name: str) -> str | None:
 def _limit(text: str | None) -> int:
     if text is None:
         return DEFAULT_LIMIT
-    if not text.strip().isdigit() or len(text) > 12:
+    if not text.strip().isdecimal() or len(text) > 12:
         raise InvalidArgument("`limit` must be an integer", field="limit")
     value = int(text)
     if not 1 <= value <= MAX_LIMIT:

@@ -177,7 +177,7 @@ class RecordEventFeed:
         if headers.get(_STATUS) is not None:
             # Idle heartbeat: it names the last consumer sequence sent, so a lost message shows.
             last = headers.get(_LAST_CONSUMER)
-            if last is not None and last.isdigit() and int(last) >= self._expected_delivery:
+            if last is not None and last.isdecimal() and int(last) >= self._expected_delivery:
                 self._reset_requested.set()
             return
         try:
