@@ -10,12 +10,10 @@ import asyncpg
 from nats.aio.client import Client as NatsClient
 from starlette.requests import HTTPConnection
 
-from crm.common.v1 import common_pb2
 from crmkit.principal import PrincipalCodec
 from gateway.datamodel.cache import DataModelCache
 from gateway.metrics import GatewayMetrics
-from gateway.ratelimit.limiter import Counted
-from gateway.ratelimit.window import Decision
+from gateway.ratelimit.contract import RateLimit
 from gateway.redis_connection import PipelinedRedis
 from gateway.settings import GatewaySettings
 from gateway.subscriptions.hub import EventSubscription
@@ -24,24 +22,6 @@ from gateway.verified_tokens import VerifiedTokens
 
 if TYPE_CHECKING:
     from gateway.auth.verify import CredentialVerifier
-
-
-class RateLimit(Protocol):
-    """What handlers need of the rate limiter (gateway.ratelimit.limiter.RateLimiter)."""
-
-    async def check(self, principal: common_pb2.Principal, calls: int = 1) -> Decision | None: ...
-
-    async def read_counting(
-        self, entry_key: str, credential_id: str
-    ) -> tuple[bytes | None, Counted | None]: ...
-
-    def remember(self, credential_id: str, principal: common_pb2.Principal) -> None: ...
-
-    async def settle(
-        self, held: Counted, principal: common_pb2.Principal, calls: int
-    ) -> Decision | None: ...
-
-    async def undo(self, held: Counted) -> None: ...
 
 
 class EventSubscriptions(Protocol):

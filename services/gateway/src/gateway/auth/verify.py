@@ -40,9 +40,9 @@ from crmkit.tokens import (
     parse_secret_token,
 )
 from gateway.metrics import GatewayMetrics
+from gateway.ratelimit.contract import RateLimit
 from gateway.ratelimit.limiter import Counted
 from gateway.redis_connection import PipelinedRedis
-from gateway.state import RateLimit
 from gateway.verified_tokens import VerifiedTokens
 
 log = logging.getLogger("gateway.auth")
