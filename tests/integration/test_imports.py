@@ -177,6 +177,37 @@ def test_a_file_imported_again_rejects_each_row_a_record_holds_and_writes_the_ne
     assert people["p-3400"]["firstName"] == "Name 3400"
 
 
+def test_values_repeated_across_batches_written_at_once_are_kept_by_the_earliest_line(
+    api: Api,
+) -> None:
+    # Batches of 1,000 rows, two written at once: each batch after the first starts with the
+    # values of the previous batch's last rows (which the later batch reaches first) and ends
+    # with values of the previous batch's first rows.
+    rows = [f"p-{n}" for n in range(1000)]
+    for batch in range(1, 4):
+        start = batch * 1000
+        rows += rows[start - 10 : start]  # rows 0-9 of this batch
+        rows += [f"p-{n}" for n in range(start + 10, start + 990)]
+        rows += rows[start - 1000 : start - 990]  # rows 990-999
+    assert len(rows) == 4000
+    body = "externalId,firstName\r\n" + "".join(
+        f"{key},Line {i + 2}\r\n" for i, key in enumerate(rows)
+    )
+    job = _wait(api, _start(api, "/rest/imports/people", body.encode())["id"], timeout=300)
+    kept = {key: i + 2 for i, key in reversed(list(enumerate(rows)))}
+    repeated = [i + 2 for i, key in enumerate(rows) if kept[key] != i + 2]
+    assert (job["state"], job["rowsRead"]) == ("succeeded", 4000), job
+    assert (job["rowsWritten"], job["rowsRejected"]) == (len(kept), len(repeated)), job
+    download = api.rest("GET", f"/rest/imports/{job['id']}/rejections").text.strip().splitlines()
+    assert download[1:] == [
+        f"{line},externalId,a person with this externalId already exists" for line in repeated
+    ]
+    people = _people(api)
+    assert {key: row["firstName"] for key, row in people.items()} == {
+        key: f"Line {line}" for key, line in kept.items()
+    }
+
+
 def test_refused_uploads_are_400s_that_store_nothing(api: Api) -> None:
     cases = [
         ("/rest/imports/people", b"externalId,shoeSize\r\nx,1\r\n", "shoeSize"),

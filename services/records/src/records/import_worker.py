@@ -1,8 +1,15 @@
 """Runs queued import jobs: each batch of rows is written (through the normal create or upsert
 statements, so validation, access and events are those of the API) in one transaction with its
 rejections and the job's counters, so a job resumes exactly where its last batch committed.
-The next batch is read and checked (`import_rows`, in the reader's thread) while one is written;
-a batch read ahead and not committed is read again when the job resumes.
+The next batch is read and checked (`import_rows`, in the reader's thread) while one is written.
+
+Two batches are written at once, on two connections, so that the database works on one while it
+commits the other; each commits only after the batch before it did (its counter update names the
+`rows_read` it follows), so the committed batches are always a prefix of the file. A batch holding
+a unique value the batch before it waits for (a value repeated across the two) gives way: it is
+rolled back and written again once that one committed, so the earlier line keeps the value, as
+when batches are written one at a time. A batch read or written and not committed is read again
+when the job resumes.
 
 A job is taken under a session advisory lock held by the worker's own connection: a process that
 dies releases it with its connection, and another worker (or the restarted one) resumes the job.
@@ -152,34 +159,86 @@ class ImportWorker:
         )
         reader = Reader(job.fmt, self._chunk_fetcher(job_id))
         await reader.skip(row["rows_read"])
-        # The next batch is read and prepared (in the reader's thread) while this one is
-        # written: parsing and checks overlap the database's work.
-        upcoming = asyncio.ensure_future(reader.take(self._batch_size, job.rows.prepare))
+        second = await asyncpg.connect(self._database_url)
+        try:
+            await _json_codecs(second)
+            await self._write_batches(job, reader, (connection, second), row["rows_read"])
+        finally:
+            await second.close()
+
+    async def _write_batches(
+        self, job: _Job, reader: Reader, connections: tuple[Any, Any], rows_read: int
+    ) -> None:
+        """Writes the file's batches from `rows_read` on, two in flight (see the module's
+        docstring), and finishes the job after the last."""
+
+        def take() -> asyncio.Future[PreparedBatch]:
+            return asyncio.ensure_future(reader.take(self._batch_size, job.rows.prepare))
+
+        # The next batch is read and prepared (in the reader's thread) while these are written:
+        # parsing and checks overlap the database's work.
+        upcoming = take()
+        in_flight: asyncio.Future[bool] | None = None
+        started: list[asyncio.Future[Any]] = [upcoming]
+        turn = 0
         try:
             while True:
                 prepared = await upcoming
-                if prepared.read:
-                    upcoming = asyncio.ensure_future(
-                        reader.take(self._batch_size, job.rows.prepare)
-                    )
-                async with connection.transaction():
-                    state = await connection.fetchval(
-                        "SELECT state FROM records.import_jobs WHERE id = $1 FOR UPDATE", job_id
-                    )
-                    if state not in import_jobs.ACTIVE:
-                        return  # cancelled
-                    if not prepared.read:
-                        await _finish(connection, job_id, import_jobs.SUCCEEDED, None)
-                        return
-                    batch = await self._apply(connection, job, prepared)
-                    await _record(connection, job_id, prepared.read, batch)
+                if not prepared.read:
+                    if in_flight is None or await in_flight:
+                        await _finish_if_active(connections[0], job.id)
+                    return
+                upcoming = take()
+                behind = None if in_flight is None else (in_flight, connections[1 - turn])
+                current = asyncio.ensure_future(
+                    self._commit(connections[turn], job, prepared, rows_read, behind)
+                )
+                started = [upcoming, current]
+                turn = 1 - turn
+                rows_read += prepared.read
+                if in_flight is not None and not await in_flight:
+                    return  # cancelled: `current` rolls back on its own
+                in_flight = current
         finally:
             # A batch read ahead is read again when the job resumes; its failure, if any, is
-            # the next run's to meet.
-            if not upcoming.done():
-                upcoming.cancel()
-            elif not upcoming.cancelled():
-                upcoming.exception()
+            # the next run's to meet. A batch being written rolls back or commits on its own.
+            for task in started:
+                if task is upcoming and not task.done():
+                    task.cancel()
+                else:
+                    await asyncio.wait([task])
+                if task.done() and not task.cancelled():
+                    task.exception()
+
+    async def _commit(
+        self,
+        connection: Any,
+        job: _Job,
+        prepared: PreparedBatch,
+        rows_read: int,
+        behind: tuple[asyncio.Future[bool], Any] | None,
+    ) -> bool:
+        """Writes one batch in a transaction that commits after the batch it follows (`behind`:
+        that batch's outcome and connection) did, while the job is active. True if it
+        committed."""
+        original = prepared
+        while True:
+            attempt = _copy(original)  # writing takes rejected rows out of the lists
+            try:
+                async with connection.transaction():
+                    batch = await self._apply(connection, job, attempt)
+                    if behind is not None and not await _after(connection, *behind):
+                        raise _Stopped
+                    if not await _record(connection, job.id, rows_read, attempt.read, batch):
+                        raise _Stopped  # cancelled
+                return True
+            except _Stopped:
+                return False
+            except (_GiveWay, asyncpg.DeadlockDetectedError):
+                # Rolled back: written again once the batch before it committed.
+                if behind is not None and not await behind[0]:
+                    return False
+                behind = None
 
     async def _job(self, job_id: str, row: Any) -> _Job:
         principal = common_pb2.Principal.FromString(row["principal"])
@@ -258,21 +317,66 @@ async def _finish(connection: Any, job_id: str, state: str, error: str | None) -
     await import_jobs.drop_upload(connection, job_id)
 
 
-async def _record(connection: Any, job_id: str, read: int, batch: _Batch) -> None:
+class _Stopped(Exception):
+    """The batch must not commit: the job was cancelled, or the batch before it did not commit."""
+
+
+class _GiveWay(Exception):
+    """The batch before this one waits for a row this one wrote."""
+
+
+def _copy(prepared: PreparedBatch) -> PreparedBatch:
+    return PreparedBatch(
+        prepared.read, list(prepared.ready), list(prepared.pending), list(prepared.rejected)
+    )
+
+
+async def _after(connection: Any, before: asyncio.Future[bool], before_connection: Any) -> bool:
+    """Waits for the batch written on `before_connection` to end (True if it committed), and
+    raises `_GiveWay` when that batch waits for a lock this connection's transaction holds."""
+    while True:
+        done, _ = await asyncio.wait([before], timeout=0.2)
+        if done:
+            return before.result()
+        if await connection.fetchval(
+            "SELECT $1::int = ANY(pg_blocking_pids($2::int))",
+            connection.get_server_pid(),
+            before_connection.get_server_pid(),
+        ):
+            raise _GiveWay
+
+
+async def _finish_if_active(connection: Any, job_id: str) -> None:
+    async with connection.transaction():
+        state = await connection.fetchval(
+            "SELECT state FROM records.import_jobs WHERE id = $1 FOR UPDATE", job_id
+        )
+        if state in import_jobs.ACTIVE:
+            await _finish(connection, job_id, import_jobs.SUCCEEDED, None)
+
+
+async def _record(connection: Any, job_id: str, rows_read: int, read: int, batch: _Batch) -> bool:
+    """Counts the batch of `read` rows that follows `rows_read` rows, if the job is active and
+    has committed them; False (and nothing written) otherwise."""
+    counted = await connection.fetchval(
+        "UPDATE records.import_jobs SET rows_read = rows_read + $2, "
+        "rows_written = rows_written + $3, rows_rejected = rows_rejected + $4 "
+        "WHERE id = $1 AND rows_read = $5 AND state IN ('queued', 'running') RETURNING true",
+        job_id,
+        read,
+        batch.written,
+        len(batch.rejected),
+        rows_read,
+    )
+    if not counted:
+        return False
     if batch.rejected:
         await connection.executemany(
             "INSERT INTO records.import_rejections (job_id, line, field, reason) "
             "VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
             [(job_id, line, name, reason) for line, name, reason in batch.rejected],
         )
-    await connection.execute(
-        "UPDATE records.import_jobs SET rows_read = rows_read + $2, "
-        "rows_written = rows_written + $3, rows_rejected = rows_rejected + $4 WHERE id = $1",
-        job_id,
-        read,
-        batch.written,
-        len(batch.rejected),
-    )
+    return True
 
 
 async def _find_relations(connection: Any, job: _Job, rows: list[Row], batch: _Batch) -> list[Row]:
