@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from crmstack.stack import Stack
@@ -206,6 +207,36 @@ def test_values_repeated_across_batches_written_at_once_are_kept_by_the_earliest
     assert {key: row["firstName"] for key, row in people.items()} == {
         key: f"Line {line}" for key, line in kept.items()
     }
+
+
+def test_rows_name_records_the_batch_before_theirs_created(api: Api) -> None:
+    api.create_field(
+        api.object_id("person"), "manager", "RELATION",
+        relation={"targetObjectName": "person", "inverseFieldName": "reports"},
+    )  # fmt: skip
+    # Batches of 1,000 rows: each row after the first batch names its manager by the unique
+    # value of a row of the batch before.
+    lines = ["externalId,manager.externalId"]
+    lines += [f"m-{n}," + (f"m-{n - 1000}" if n >= 1000 else "") for n in range(3000)]
+    body = ("\r\n".join(lines) + "\r\n").encode()
+    job = _wait(api, _start(api, "/rest/imports/people", body)["id"], timeout=300)
+    assert (job["state"], job["rowsWritten"], job["rowsRejected"]) == ("succeeded", 3000, 0), job
+    people = _people(api)
+    assert all(people[f"m-{n}"]["managerId"] is None for n in range(1000))
+    assert [people[f"m-{n}"]["managerId"] for n in range(1000, 3000)] == [
+        people[f"m-{n}"]["id"] for n in range(2000)
+    ]
+    # The same by id, in NDJSON.
+    ids = [str(uuid.uuid4()) for _ in range(2000)]
+    records = [
+        {"id": ids[n], "externalId": f"i-{n}", "managerId": ids[n - 1000] if n >= 1000 else None}
+        for n in range(2000)
+    ]
+    body = b"".join(orjson.dumps(record) + b"\n" for record in records)
+    job = _wait(api, _start(api, "/rest/imports/people", body, "application/x-ndjson")["id"])
+    assert (job["state"], job["rowsWritten"], job["rowsRejected"]) == ("succeeded", 2000, 0), job
+    people = _people(api)
+    assert [people[f"i-{n}"]["managerId"] for n in range(1000, 2000)] == ids[:1000]
 
 
 def test_refused_uploads_are_400s_that_store_nothing(api: Api) -> None:

@@ -8,8 +8,9 @@ commits the other; each commits only after the batch before it did (its counter 
 `rows_read` it follows), so the committed batches are always a prefix of the file. A batch holding
 a unique value the batch before it waits for (a value repeated across the two) gives way: it is
 rolled back and written again once that one committed, so the earlier line keeps the value, as
-when batches are written one at a time. A batch read or written and not committed is read again
-when the job resumes.
+when batches are written one at a time; a batch naming records of the imported object (a
+self-relation) starts after the one before it committed, so it finds the records that one
+created. A batch read or written and not committed is read again when the job resumes.
 
 A job is taken under a session advisory lock held by the worker's own connection: a process that
 dies releases it with its connection, and another worker (or the restarted one) resumes the job.
@@ -222,6 +223,11 @@ class ImportWorker:
         that batch's outcome and connection) did, while the job is active. True if it
         committed."""
         original = prepared
+        if behind is not None and _names_own_records(job, prepared):
+            # It may name records the batch before it creates: those must be committed first.
+            if not await behind[0]:
+                return False
+            behind = None
         while True:
             attempt = _copy(original)  # writing takes rejected rows out of the lists
             try:
@@ -323,6 +329,20 @@ class _Stopped(Exception):
 
 class _GiveWay(Exception):
     """The batch before this one waits for a row this one wrote."""
+
+
+def _names_own_records(job: _Job, prepared: PreparedBatch) -> bool:
+    """Whether the batch sets a relation of the imported object to a record of that object (by
+    id or by a unique value)."""
+    own = [
+        item
+        for item in job.obj.stored_fields
+        if item.is_many_to_one and item.target_object_id == job.obj.id
+    ]
+    if any(job.obj.field(name) in own for row in prepared.pending for name in row.lookups):
+        return True
+    columns = [item.column for item in own]
+    return any(row.columns.get(name) is not None for _, row in prepared.ready for name in columns)
 
 
 def _copy(prepared: PreparedBatch) -> PreparedBatch:
