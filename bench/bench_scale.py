@@ -46,6 +46,7 @@ BATCH = 1000
 WRITERS = 3
 SIGNUP_CONCURRENCY = 4
 REPEAT = 5
+IDLE_SECONDS = 60  # CPU times tick every 10 ms: 0.17 ms/s a tick over 60 s
 POSITIONS = (0.0, 0.37, 0.5, 0.94)
 PROCESSES = ("gateway", "identity", "metadata", "records", "webhooks", "workflows")
 
@@ -155,7 +156,7 @@ class Bench:
     async def measure(self, point: Point) -> None:
         f = point.figures
         await asyncio.sleep(5)  # let the growth settle (relay, reconciler announcements)
-        for name, value in (await idle_cpu(self.stack, 30)).items():
+        for name, value in (await idle_cpu(self.stack, IDLE_SECONDS)).items():
             f[f"idle:{name}"] = value
         f["createField"] = await self.timed(self.create_field, 3)
         for descending in (False, True):
@@ -290,11 +291,38 @@ def processes(stack: Stack) -> dict[str, list[psutil.Process]]:
 
 
 async def idle_cpu(stack: Stack, seconds: float) -> dict[str, float]:
-    """CPU milliseconds per second of each process while nothing calls the stack."""
-    before = {name: cpu_seconds(procs) for name, procs in processes(stack).items()}
+    """CPU milliseconds per second of each process while nothing calls the stack; prints
+    PostgreSQL's by kind of process (`postgres_roles`)."""
+    found = processes(stack)
+    before = {name: cpu_seconds(procs) for name, procs in found.items()}
+    roles_before = postgres_roles(found.get("postgres", []))
     await asyncio.sleep(seconds)
-    after = {name: cpu_seconds(procs) for name, procs in processes(stack).items()}
+    after = {name: cpu_seconds(procs) for name, procs in found.items()}
+    roles_after = postgres_roles(found.get("postgres", []))
+    by_role = ", ".join(
+        f"{role} {(roles_after[role] - roles_before.get(role, 0.0)) * 1000 / seconds:.2f}"
+        for role in sorted(roles_after)
+    )
+    print(f"  postgres idle CPU by process (ms/s): {by_role}", flush=True)
     return {name: round((after[name] - before[name]) * 1000 / seconds, 2) for name in before}
+
+
+def postgres_roles(postgres: list[psutil.Process]) -> dict[str, float]:
+    """CPU seconds of PostgreSQL's processes by kind: `postmaster`, a background process
+    (`checkpointer`, `autovacuum launcher`, ...) or `backends` (client connections)."""
+    roles: dict[str, float] = {}
+    for index, process in enumerate(postgres):
+        try:
+            title = " ".join(process.cmdline())
+        except psutil.Error:
+            continue
+        role = "postmaster" if index == 0 else title.removeprefix("postgres: ").strip()
+        if index and ("(" in title or "[local]" in title):
+            role = "backends"  # "postgres: <user> <db> 127.0.0.1(<port>) idle"
+        elif role.startswith("autovacuum worker"):
+            role = "autovacuum worker"
+        roles[role] = roles.get(role, 0.0) + cpu_seconds([process])
+    return roles
 
 
 def metric(stack: Stack, name: str) -> float:
@@ -328,7 +356,8 @@ async def analyze(stack: Stack, workspace_id: str) -> None:
     """What autovacuum does after a bulk load (see bench/seed.py), done before measuring, so
     that the idle rows measure the idle stack rather than autovacuum's work on the tables the
     load filled (at 1,000,000 rows it doubled PostgreSQL's idle CPU); then waits (at most
-    5 minutes) for autovacuum workers that had already started."""
+    5 minutes) for autovacuum workers that had already started, and runs a checkpoint, so the
+    checkpointer's writing of the load's pages is not counted either."""
     connection = await asyncpg.connect(stack.env["DATABASE_URL"])
     try:
         for table in (
@@ -345,6 +374,9 @@ async def analyze(stack: Stack, workspace_id: str) -> None:
                 print("  autovacuum still busy after 5 minutes; measuring anyway", flush=True)
                 break
             await asyncio.sleep(1)
+        # The load's dirty pages are written by the checkpointer over the next minutes: flushed
+        # now, they are not counted as the idle stack's work.
+        await connection.execute("CHECKPOINT")
     finally:
         await connection.close()
 
