@@ -100,10 +100,14 @@ def header_targets(
             if not isinstance(path, str):
                 raise InvalidArgument(f"mapping of {column!r} must be a field path", field=column)
         target = resolve(model, obj, path, column)
-        if target.path in seen:
+        # A currency set whole and by part: `amount` and `amount.amountMicros`.
+        other = seen.get(target.path) or seen.get(target.key if target.part else "")
+        other = other or next(
+            (seen[seen_path] for seen_path in seen if seen_path.startswith(f"{target.path}.")), None
+        )
+        if other is not None:
             raise InvalidArgument(
-                f"columns {seen[target.path]!r} and {column!r} both set {target.path}",
-                field=column,
+                f"columns {other!r} and {column!r} both set {target.key}", field=column
             )
         seen[target.path] = column
         targets.append(target)
@@ -210,13 +214,20 @@ def ndjson_row(model: WorkspaceModel, obj: ObjectModel, line: int, text: bytes) 
     if not isinstance(data, dict):
         raise values.fail("row", "each line is a JSON object")
     row = Row(line, {}, {})
+    whole: set[str] = set()  # keys given whole, which no part may set too
     for key, value in data.items():
         if "." not in key:
+            if key in row.data:  # its parts came first
+                raise values.fail(key, f"{key} is given whole and by part")
             row.data[key] = value
+            whole.add(key)
             continue
         target = resolve(model, obj, key, key)
         if target.lookup is None:
-            row.data.setdefault(target.key, {})[target.part] = value
+            parts = row.data.setdefault(target.key, {})
+            if not isinstance(parts, dict) or target.key in whole:
+                raise values.fail(key, f"{target.key} is given whole and by part")
+            parts[target.part] = value
         elif value is None:
             row.data[target.key] = None
         else:
