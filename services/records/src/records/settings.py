@@ -24,6 +24,10 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     RECORDS_COUNT_CAP: int = Field(default=10_000, ge=0)
     # Outbox rows the relay reads and publishes per round.
     OUTBOX_RELAY_BATCH_SIZE: int = Field(default=500, ge=1, le=4000)
+    # Seconds the relay lets rows gather after a read that found less than a batch, before the
+    # next: one statement then reads and marks the rows of many commits (at ~1,200 creates/s,
+    # 5 ms cut a create's CPU by ~0.1 ms). It adds up to this much to an event's latency.
+    OUTBOX_RELAY_GATHER: float = Field(default=0.005, ge=0, le=1)
     # Seconds the relay waits for JetStream to acknowledge a round before retrying it.
     OUTBOX_PUBLISH_TIMEOUT: float = Field(default=5.0, gt=0)
     # How long published outbox rows are kept (for inspection) before the relay deletes them;
