@@ -56,6 +56,7 @@ BENCH_ENV = {
     "ACCESS_TOKEN_EXPIRES_IN": "2h",
     "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
     "WEBHOOK_RETRY_DELAYS": "2,4,6",  # bench_webhook_retries measures retries within seconds
+    "RECORD_EVENTS_PUBLISH": os.environ.get("BENCH_EVENTS_PUBLISH", "interested"),
 }
 
 

@@ -4,6 +4,7 @@ flow when it is back; with two records replicas one relays and the other takes o
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import secrets
 import sys
@@ -12,13 +13,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
+import nats
 import orjson
 import pytest
 
 from crm.events.v1 import events_pb2
 from crm.records.v1 import records_pb2 as rp
 from crm.records.v1 import records_pb2_grpc
-from crmkit.messaging import previous_record_json
+from crmkit.messaging import (
+    RECORD_EVENTS_STREAM,
+    RECORD_STREAM_DUPLICATE_WINDOW,
+    previous_record_json,
+)
 from crmstack.ports import free_port, wait_for_port
 from crmstack.processes import ManagedProcess
 from crmstack.stack import Stack
@@ -192,6 +198,28 @@ def test_a_backlog_beyond_the_relays_pipeline_flows_in_order_per_record(
         for before, after in itertools.pairwise(mine):
             assert orjson.loads(previous_record_json(after)) == orjson.loads(before.record_json)
     wait_until(lambda: unpublished(local_stack, ws.id) == 0, 60, "outbox rows not marked")
+
+
+def test_the_stream_forgets_event_ids_after_the_configured_duplicate_window(
+    ws: Workspace, local_stack: Stack
+) -> None:
+    """The relay brings the stream to RECORD_STREAM_DUPLICATE_WINDOW (30 s by default): a copy
+    published again after a takeover is dropped by JetStream inside it, by consumers beyond."""
+    ws.records.CreateRecord(
+        rp.CreateRecordRequest(ref=rp.ObjectRef(object="person"), data_json=b"{}"),
+        metadata=ws.call,
+    )
+    read_stream(local_stack, ws.id, 1)  # published: the relay has applied its stream settings
+
+    async def window() -> float:
+        connection = await nats.connect(local_stack.env["NATS_URL"])
+        try:
+            info = await connection.jetstream().stream_info(RECORD_EVENTS_STREAM)
+            return float(info.config.duplicate_window or 0)
+        finally:
+            await connection.close()
+
+    assert asyncio.run(window()) == RECORD_STREAM_DUPLICATE_WINDOW == 30
 
 
 def test_one_replica_relays_and_another_takes_over(ws: Workspace, local_stack: Stack) -> None:

@@ -31,6 +31,10 @@ log = logging.getLogger("crmkit.nats")
 
 RECORD_EVENTS_STREAM = "CRM_RECORDS"
 RECORD_EVENTS_SUBJECTS = ["crm.records.>"]
+# Seconds JetStream remembers an event id (`Nats-Msg-Id`) to drop a republished copy. It covers
+# a relay takeover (seconds); consumers dedupe on the event id beyond it. Its memory is ~100 bytes
+# per event published in the window, so it is kept short (docs/events.md).
+RECORD_STREAM_DUPLICATE_WINDOW = 30
 METADATA_SUBJECT_PREFIX = "crm.metadata"
 
 # A record event's action as the word in its subject (and in webhook operations) and as the enum.
@@ -120,12 +124,17 @@ async def connect(url: str, name: str) -> NatsClient:
 
 
 async def ensure_record_stream(
-    js: JetStreamContext, *, max_age: float | None = None, max_bytes: int | None = None
+    js: JetStreamContext,
+    *,
+    max_age: float | None = None,
+    max_bytes: int | None = None,
+    duplicate_window: float | None = None,
 ) -> None:
     """Create (or keep) the stream of record events; file storage, so events survive restarts.
 
     The producer (the records relay) passes its configured limits and brings an existing stream
-    to them; other callers only make sure the stream exists (7 days, no byte limit).
+    to them; other callers only make sure the stream exists (7 days, no byte limit, the default
+    duplicate window).
     """
     config = StreamConfig(
         name=RECORD_EVENTS_STREAM,
@@ -135,7 +144,9 @@ async def ensure_record_stream(
         discard=DiscardPolicy.OLD,
         max_age=7 * 24 * 3600 if max_age is None else max_age,
         max_bytes=max_bytes or -1,
-        duplicate_window=120,
+        duplicate_window=(
+            RECORD_STREAM_DUPLICATE_WINDOW if duplicate_window is None else duplicate_window
+        ),
     )
     try:
         info = await js.stream_info(RECORD_EVENTS_STREAM)
@@ -143,11 +154,12 @@ async def ensure_record_stream(
         await js.add_stream(config)
         log.info("created stream", extra={"stream": RECORD_EVENTS_STREAM})
         return
-    if max_age is None and max_bytes is None:
+    if max_age is None and max_bytes is None and duplicate_window is None:
         return
     current = info.config
-    if (current.max_age, current.max_bytes) != (config.max_age, config.max_bytes):
-        current.max_age, current.max_bytes = config.max_age, config.max_bytes
+    wanted = (config.max_age, config.max_bytes, config.duplicate_window)
+    if (current.max_age, current.max_bytes, current.duplicate_window) != wanted:
+        current.max_age, current.max_bytes, current.duplicate_window = wanted
         await js.update_stream(current)
         log.info("updated stream limits", extra={"stream": RECORD_EVENTS_STREAM})
 

@@ -230,6 +230,10 @@ def _valkey(data_root: Path, logs: Path, echo: bool) -> InfraServer:
     return InfraServer("redis", port, process)
 
 
+# The embedded NATS server's soft memory limit (Go's GOMEMLIMIT), unless NATS_GOMEMLIMIT sets one.
+NATS_GOMEMLIMIT = "128MiB"
+
+
 def _nats(data_root: Path, logs: Path, echo: bool) -> InfraServer:
     binary = Path(sys.executable).parent / "nats-server"
     if not binary.exists():
@@ -243,7 +247,12 @@ def _nats(data_root: Path, logs: Path, echo: bool) -> InfraServer:
     process = ManagedProcess(
         name="nats",
         command=[str(binary), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)],
-        env={"PATH": os.environ.get("PATH", "")},
+        # Without a soft memory limit the Go collector lets garbage reach several times the live
+        # heap: +200 MB during a fast import that somebody listens to (docs/benchmarks.md).
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "GOMEMLIMIT": os.environ.get("NATS_GOMEMLIMIT", NATS_GOMEMLIMIT),
+        },
         log_path=logs / "nats.log",
         echo=echo,
     )

@@ -352,6 +352,7 @@ class OutboxRelay:
                 self._js,
                 max_age=float(self._settings.RECORD_STREAM_MAX_AGE),
                 max_bytes=self._settings.RECORD_STREAM_MAX_BYTES,
+                duplicate_window=float(self._settings.RECORD_STREAM_DUPLICATE_WINDOW),
             )
         except Exception as exc:  # NATS away or not ready: the round retries
             raise PublishFailed(f"stream: {type(exc).__name__}: {exc}") from None

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from crmkit.messaging import RECORD_STREAM_DUPLICATE_WINDOW
 from crmkit.settings import DatabaseSettings, Duration, GrpcServiceSettings, NatsSettings
 
 
@@ -37,6 +38,10 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # this, or beyond this many bytes (oldest first), are discarded. 0 bytes: no byte limit.
     RECORD_STREAM_MAX_AGE: Duration = Field(default=7 * 24 * 3600, gt=0)
     RECORD_STREAM_MAX_BYTES: int = Field(default=0, ge=0)
+    # How long the stream remembers an event id to drop a copy the relay publishes again after a
+    # takeover (consumers dedupe on the event id beyond it); NATS holds ~100 bytes per event
+    # published within it. At most RECORD_STREAM_MAX_AGE.
+    RECORD_STREAM_DUPLICATE_WINDOW: Duration = Field(default=RECORD_STREAM_DUPLICATE_WINDOW, gt=0)
     # Which record events the relay publishes (docs/events.md, "Who listens"): `interested`, only
     # those of workspaces somebody listens to (a webhook, a record-triggered workflow, an open
     # subscription; the others are marked published unpublished); `all`, every event, for
@@ -59,3 +64,10 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     IMPORT_MAX_CONCURRENT_PER_WORKSPACE: int = Field(default=2, ge=1)
     IMPORT_BATCH_SIZE: int = Field(default=1000, ge=1, le=1000)
     IMPORT_POLL_INTERVAL: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _window_within_age(self) -> RecordsSettings:
+        # JetStream refuses a stream whose duplicate window exceeds its maximum age.
+        if self.RECORD_STREAM_DUPLICATE_WINDOW > self.RECORD_STREAM_MAX_AGE:
+            raise ValueError("RECORD_STREAM_DUPLICATE_WINDOW must not exceed RECORD_STREAM_MAX_AGE")
+        return self
