@@ -43,7 +43,7 @@ from bench.profiling import Profiler
 from bench.settle import settle
 from crmstack.ports import free_port
 from crmstack.processes import ManagedProcess
-from crmstack.stack import Stack, StackConfig
+from crmstack.stack import ALL_SERVICES, Stack, StackConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -287,6 +287,9 @@ def main() -> None:
     unknown = (names or set()) - {w.name for w in WORKLOADS}
     if unknown:
         parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
+    profiled = args.profile.split(",") if args.profile else []
+    if not set(profiled) <= set(ALL_SERVICES):
+        parser.error(f"--profile takes services of {', '.join(ALL_SERVICES)}")
     sizes = seeding.SMOKE if args.smoke else seeding.FULL
     durable = not args.smoke
     description = machine(args.smoke, sizes, durable)
@@ -328,10 +331,8 @@ def main() -> None:
             },
             process_pids=stack_processes(stack),
         )
-        if args.profile:
-            pids = {
-                name: stack.instances[name][0].process.pid or 0 for name in args.profile.split(",")
-            }
+        if profiled:
+            pids = {name: stack.instances[name][0].process.pid or 0 for name in profiled}
             ctx.profile = Profiler(pids, RESULTS / "profiles")
         results, broken = uvloop.run(run_workloads(ctx, names, sizes, gateways))
     finally:

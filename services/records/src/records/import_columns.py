@@ -136,6 +136,17 @@ def cell_parser(target: Target) -> CellParser:
     return None
 
 
+def written_as_parsed(parse: CellParser, write: values.Writer) -> bool:
+    """Whether `write` returns every value `parse` gives unchanged, so a caller may skip it:
+    `_number` gives finite floats and ints below 2**53 (what `values.parse_number` keeps),
+    `_boolean` a bool."""
+    if not isinstance(parse, partial) or parse.keywords.get("integer"):
+        return False
+    return (parse.func is _number and write is values.parse_number) or (
+        parse.func is _boolean and write is values.parse_boolean
+    )
+
+
 def cell(target: Target, text: str) -> Any:
     """A CSV cell as the JSON value the field takes (empty: null)."""
     if text == "":

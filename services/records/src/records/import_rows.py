@@ -56,12 +56,25 @@ class _Column:
 
 
 class CsvPlan:
-    """CSV rows of plain columns to prepared rows (see the module's docstring)."""
+    """CSV rows of plain columns to prepared rows (see the module's docstring).
+
+    A row is converted in two passes, as the generic road does it: every cell through its
+    column's parser first, then every value through its field's writer, so that the first
+    error a row meets is the same. Columns whose cells are text skip the first pass, and
+    columns whose parser already gives the written value skip the second."""
 
     def __init__(self, targets: list[Target | None], columns: list[_Column]) -> None:
         self._width = len(targets)
-        self._columns = columns
+        self._names = [column.name for column in columns]
         self._fields = [column.key for column in columns]  # plain fields: key == name
+        self._parsed = [(c.index, c.name, c.parse) for c in columns if c.parse is not None]
+        self._written = [
+            (c.index, c.name, c.write, c.key, True)
+            if c.parse is not None
+            else (c.index, c.name, _text_writer(c.write), c.key, False)
+            for c in columns
+            if not import_columns.written_as_parsed(c.parse, c.write)
+        ]
 
     @classmethod
     def compile(cls, obj: ObjectModel, targets: list[Target | None]) -> CsvPlan | None:
@@ -98,16 +111,26 @@ class CsvPlan:
         the cells are typed in column order first, then checked as field values."""
         if len(cells) != self._width:
             raise values.fail("row", f"{len(cells)} columns where the header has {self._width}")
-        typed = []
-        for column in self._columns:
-            text = cells[column.index]
-            parse = column.parse
-            typed.append(None if text == "" else text if parse is None else parse(text))
-        prepared = Prepared({}, list(self._fields))
-        row = prepared.columns
-        for column, value in zip(self._columns, typed, strict=True):
-            row[column.name] = None if value is None else column.write(value, column.key)
-        return create.complete(prepared, None, "", ids)
+        row = dict.fromkeys(self._names)
+        for index, name, parse in self._parsed:
+            text = cells[index]
+            if text != "":
+                row[name] = parse(text)
+        for index, name, write, key, parsed in self._written:
+            if parsed:
+                value = row[name]
+                if value is not None:
+                    row[name] = write(value, key)
+            else:
+                text = cells[index]
+                if text != "":
+                    row[name] = write(text, key)
+        return create.complete(Prepared(row, list(self._fields)), None, "", ids)
+
+
+def _text_writer(write: values.Writer) -> values.Writer:
+    """A writer for cells that are text: `parse_string` checks only the text there."""
+    return values.check_text if write is values.parse_string else write
 
 
 class RowPreparer:

@@ -8,6 +8,7 @@ be given on create (a UUID); `ownerId` defaults to the creating user.
 from __future__ import annotations
 
 import os
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,21 +26,15 @@ class RecordIds:
     """UUIDv7 ids: time-ordered (so id order is creation order), monotonic within a process.
     Random bits are read from the OS 4 KiB at a time (one system call per 512 ids)."""
 
-    _POOL_BYTES = 4096
+    _POOL_SIZE = 512
+    _UNPACK = struct.Struct(f">{_POOL_SIZE}Q").unpack
+    _RANDOM_MASK = (1 << 62) - 1
+    _VERSION_AND_VARIANT = (0x7 << 76) | (0b10 << 62)
 
     def __init__(self) -> None:
         self._last_ms = 0
         self._counter = 0
-        self._random = b""
-        self._offset = 0
-
-    def _random_bits(self) -> int:
-        if self._offset >= len(self._random):
-            self._random = os.urandom(self._POOL_BYTES)
-            self._offset = 0
-        start = self._offset
-        self._offset = start + 8
-        return int.from_bytes(self._random[start : start + 8], "big") & ((1 << 62) - 1)
+        self._random: list[int] = []
 
     def new(self) -> str:
         now = time.time_ns() // 1_000_000
@@ -52,8 +47,10 @@ class RecordIds:
         else:
             self._last_ms = now
             self._counter = 0
-        random_bits = self._random_bits()
-        value = (now << 80) | (0x7 << 76) | (self._counter << 64) | (0b10 << 62) | random_bits
+        if not self._random:
+            self._random = list(self._UNPACK(os.urandom(8 * self._POOL_SIZE)))
+        random_bits = self._random.pop() & self._RANDOM_MASK
+        value = (now << 80) | self._VERSION_AND_VARIANT | (self._counter << 64) | random_bits
         text = f"{value:032x}"
         return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
