@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import asyncpg
 import grpc
 import httpx
 import pytest
@@ -25,6 +26,7 @@ from tests.integration.api_helpers import Api
 from tests.integration.events_client import (
     listen,
     metric,
+    query,
     stream_count,
     wait_drained,
     wait_until,
@@ -53,17 +55,60 @@ def gated(local_stack: Stack) -> Stack:
     return local_stack
 
 
-def test_a_workspace_nobody_listens_to_publishes_nothing_while_its_outbox_drains(
+def outbox_rows(stack: Stack, workspace_id: str) -> int:
+    return int(
+        query(
+            stack, "SELECT count(*) AS n FROM records.outbox WHERE workspace_id = $1", workspace_id
+        )[0]["n"]
+    )
+
+
+def test_a_workspace_nobody_listens_to_writes_no_event_and_publishes_nothing(
     gated: Stack, client: httpx.Client
 ) -> None:
     api = Api.signup(client)
-    skipped = records_metric(gated, "records_outbox_skipped_total")
     person = api.create("people", {"firstName": "Quiet"})
     api.ok("PATCH", f"/rest/people/{person['id']}", json={"city": "Nowhere"})
     api.ok("DELETE", f"/rest/people/{person['id']}")
-    wait_drained(gated, api.session.workspace_id)
+    api.ok("POST", "/rest/batch/people", 201, json=[{"firstName": "A"}, {"firstName": "B"}])
+    assert outbox_rows(gated, api.session.workspace_id) == 0
     assert stream_count(gated, api.session.workspace_id) == 0
-    assert records_metric(gated, "records_outbox_skipped_total") >= skipped + 3
+
+    listen(gated, api.session.workspace_id)
+    api.create("people", {"firstName": "Heard"})
+    assert outbox_rows(gated, api.session.workspace_id) == 1
+    wait_until(lambda: stream_count(gated, api.session.workspace_id) == 1, 30, "not published")
+
+
+def test_a_declaration_waits_for_the_writes_that_decided_without_it(gated: Stack) -> None:
+    """A write decides whether to record its events under the workspace's lock (shared, to its
+    commit); a declaration takes the lock exclusively: it returns only after such a write
+    committed (so a webhook created with it commits after that write's events), and every write
+    after it records its events."""
+    ws = provision(gated)
+
+    async def run() -> tuple[bool, bool, bool]:
+        writer = await asyncpg.connect(
+            gated.env["DATABASE_URL"], server_settings={"records.skip_unheard_events": "on"}
+        )
+        try:
+            transaction = writer.transaction()
+            await transaction.start()
+            before = await writer.fetchval("SELECT records.events_wanted($1)", ws.id)
+            declaring = asyncio.ensure_future(asyncio.to_thread(listen, gated, ws.id))
+            done, _ = await asyncio.wait([declaring], timeout=1.0)
+            waited = not done
+            await transaction.commit()
+            await asyncio.wait_for(declaring, 30)
+            after = await writer.fetchval("SELECT records.events_wanted($1)", ws.id)
+        finally:
+            await writer.close()
+        return before, waited, after
+
+    before, waited, after = asyncio.run(run())
+    assert before is False
+    assert waited, "the declaration returned while a write that did not see it was open"
+    assert after is True
 
 
 def test_a_webhook_gets_the_write_right_after_it_and_none_after_the_last_is_deleted(

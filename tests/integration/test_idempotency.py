@@ -25,6 +25,7 @@ from crmstack.client import graphql_data
 from crmstack.stack import Stack
 from records.sql import workspace_schema_name
 from tests.integration.api_helpers import Api
+from tests.integration.events_client import listen
 
 HEADER = "Idempotency-Key"
 
@@ -67,6 +68,7 @@ def _created_events(stack: Stack, record_ids: list[str]) -> int:
 def test_a_replay_answers_the_first_response_and_writes_nothing(
     api: Api, local_stack: Stack
 ) -> None:
+    listen(local_stack, api.session.workspace_id)  # its events are written (docs/events.md)
     key, tag = _key(), f"r{uuid.uuid4().hex[:12]}"
     first = _post(api, "/rest/people", key, {"firstName": tag, "jobTitle": "A"})
     assert first.status_code == 201, first.text

@@ -18,7 +18,7 @@ import pytest
 
 from crmstack.stack import Stack
 from tests.integration.api_helpers import Api, Record
-from tests.integration.events_client import query
+from tests.integration.events_client import listen, query
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -273,6 +273,7 @@ def _events(stack: Stack, ids: list[str]) -> dict[str, int]:
 def test_an_upsert_reimport_changes_nothing_and_events_can_be_off(
     api: Api, local_stack: Stack
 ) -> None:
+    listen(local_stack, api.session.workspace_id)  # its events are written (docs/events.md)
     path = "/rest/imports/people?upsert=externalId"
     first = _wait(api, _start(api, path, _csv(30))["id"])
     assert (first["rowsWritten"], first["rowsRejected"], first["emitEvents"]) == (30, 0, True)

@@ -13,6 +13,7 @@ import pytest
 
 from crm.records.v1 import records_pb2 as rp
 from crmstack.stack import Stack
+from tests.integration.events_client import listen
 from tests.integration.records_client import Op, Workspace, cond, error_of, provision
 
 
@@ -20,7 +21,9 @@ from tests.integration.records_client import Op, Workspace, cond, error_of, prov
 def ws(stack: Stack | None) -> Workspace:
     if stack is None:
         pytest.skip("calls services over gRPC: needs the local launcher")
-    return provision(stack)
+    workspace = provision(stack)
+    listen(stack, workspace.id)  # so that its events are written (docs/events.md, "Who listens")
+    return workspace
 
 
 def outbox(stack: Stack, workspace_id: str) -> list[dict[str, Any]]:

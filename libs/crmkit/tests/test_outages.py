@@ -27,6 +27,9 @@ from crmkit.outages import OutageLog
         (asyncpg.exceptions.AdminShutdownError("terminating connection"), "database"),
         (asyncpg.exceptions.QueryCanceledError("statement timeout"), "database"),
         (asyncpg.exceptions.TooManyConnectionsError("too many clients"), "database"),
+        # Rolled back by the server; the same request again may pass.
+        (asyncpg.exceptions.DeadlockDetectedError("deadlock detected"), "database"),
+        (asyncpg.exceptions.SerializationError("could not serialize access"), "database"),
         (asyncpg.InterfaceError("cannot perform operation: connection is closed"), "database"),
         (
             asyncpg.exceptions.InternalClientError(

@@ -117,7 +117,11 @@ _BY_CODE: dict[grpc.StatusCode, type[ServiceError]] = {
 # PostgreSQL refusing or dropping the connection (class 08), shutting down or not yet accepting
 # (57P01-57P03), out of connections (53300), or cancelling a statement past statement_timeout
 # (57014: the transaction is rolled back, so the answer is a definite "not written").
-_DATABASE_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "57014"})
+# Shutdown, too many connections, statement timeout; a deadlock or serialization failure
+# (the transaction was rolled back: a retry may pass).
+_DATABASE_UNAVAILABLE_STATES = frozenset(
+    {"57P01", "57P02", "57P03", "53300", "57014", "40P01", "40001"}
+)
 _NATS_UNAVAILABLE = (
     nats.errors.ConnectionClosedError,
     nats.errors.NoServersError,

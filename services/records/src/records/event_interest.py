@@ -54,6 +54,16 @@ _DECLARE = (
     "declared_at = now() "
     "WHERE event_interest.expires_at IS DISTINCT FROM EXCLUDED.expires_at"
 )
+# Before a holder's interest in a workspace starts (a new row, or a lease that lapsed), the
+# workspace's lock of writes (`records.events_wanted`) taken exclusively: the declaration waits
+# for the writes that decided without it to commit. In workspace order, so that two
+# declarations never wait for each other.
+_HOLD_WRITES = (
+    "SELECT count(pg_advisory_xact_lock(hashtext('records.event_writes'), hashtext(w::text))) "
+    "FROM (SELECT w FROM unnest($1::uuid[]) w WHERE NOT EXISTS (SELECT 1 FROM "
+    "records.event_interest i WHERE i.workspace_id = w AND i.holder = $2 "
+    "AND (i.expires_at IS NULL OR i.expires_at > now())) ORDER BY w) s"
+)
 _SYNC = "INSERT INTO records.event_interest_synced (holder) VALUES ($1) ON CONFLICT DO NOTHING"
 _RELEASE = "DELETE FROM records.event_interest WHERE holder = $1 AND workspace_id = ANY($2::uuid[])"
 _LIST = (
@@ -113,6 +123,7 @@ class EventInterestServicer(records_pb2_grpc.EventInterestServiceServicer):
             raise InvalidArgument("only webhooks and workflows sync", field="synced")
         async with self._pool.acquire() as connection, connection.transaction():
             if workspaces:
+                await connection.execute(_HOLD_WRITES, workspaces, holder)
                 await connection.execute(_DECLARE, workspaces, holder, lease)
             if request.synced:
                 await connection.execute(_SYNC, holder)

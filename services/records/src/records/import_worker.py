@@ -88,8 +88,10 @@ class ImportWorker:
         *,
         batch_size: int,
         poll_seconds: float,
+        server_settings: dict[str, str] | None = None,
     ) -> None:
         self._database_url = database_url
+        self._server_settings = server_settings or {}
         self._pool = pool
         self._cache = cache
         self._batch_size = batch_size
@@ -97,10 +99,13 @@ class ImportWorker:
         self._ids = RecordIds()
         self._outage = OutageLog("database (import worker)", log)
 
+    async def _connect(self) -> Any:
+        return await asyncpg.connect(self._database_url, server_settings=self._server_settings)
+
     async def run(self) -> None:
         while True:
             try:
-                connection = await asyncpg.connect(self._database_url)
+                connection = await self._connect()
                 try:
                     await _json_codecs(connection)
                     self._outage.recovered()
@@ -160,7 +165,7 @@ class ImportWorker:
         )
         reader = Reader(job.fmt, self._chunk_fetcher(job_id))
         await reader.skip(row["rows_read"])
-        second = await asyncpg.connect(self._database_url)
+        second = await self._connect()
         try:
             await _json_codecs(second)
             await self._write_batches(job, reader, (connection, second), row["rows_read"])

@@ -15,6 +15,10 @@ from records.model import ObjectModel
 from records.sql import Params, literal
 
 CREATED, UPDATED, DELETED = "created", "updated", "deleted"
+
+# A session with this setting 'on' writes no outbox row while nobody listens to the workspace
+# (`records.events_wanted`, migration 0011); any other session writes every event.
+SKIP_UNHEARD_SETTING = "records.skip_unheard_events"
 WRITE, RESTORE, MERGE = "write", "restore", "merge"
 
 _KINDS = {
@@ -36,6 +40,12 @@ _PREVIOUS = (
 )
 
 
+def write_settings(publish: str) -> dict[str, str]:
+    """The server settings of a connection that writes records, for RECORD_EVENTS_PUBLISH
+    `publish`: with `interested`, events nobody listens to are not written."""
+    return {SKIP_UNHEARD_SETTING: "on"} if publish == "interested" else {}
+
+
 def actor_kind(principal: common_pb2.Principal) -> str:
     return _KINDS.get(principal.kind, "unspecified")
 
@@ -52,7 +62,8 @@ def outbox_cte(
     changed: str = "'{}'::text[]",
     events: bool = True,
 ) -> str:
-    """`<name> AS (INSERT INTO records.outbox ...)` for every row of CTE `source`.
+    """`<name> AS (INSERT INTO records.outbox ...)` for every row of CTE `source`, while
+    somebody listens to the workspace's events (`records.events_wanted`, evaluated once).
 
     `source` must expose `id`, `after` (json) and `before` (json or NULL). With `events` False
     (an import that emits no events) the CTE writes nothing.
@@ -60,15 +71,17 @@ def outbox_cte(
     if not events:
         return f"{name} AS (SELECT NULL WHERE FALSE)"
     trace = orjson.dumps(inject_headers()).decode()
+    workspace = params.add(principal.workspace_id, "uuid")
     return (
+        f"{name}_wanted AS MATERIALIZED (SELECT records.events_wanted({workspace}) AS yes), "
         f"{name} AS (INSERT INTO records.outbox (event_id, workspace_id, object, "
         "object_metadata_id, record_id, action, cause, record, previous_record, changed_fields, "
         "actor_kind, actor_user_id, actor_credential_id, actor_workflow_id, trace_context) "
-        f"SELECT gen_random_uuid(), {params.add(principal.workspace_id, 'uuid')}, "
+        f"SELECT gen_random_uuid(), {workspace}, "
         f"{literal(obj.name_singular)}, {literal(obj.id)}::uuid, s.id, {literal(action)}, "
         f"{literal(cause)}, s.after, {_PREVIOUS}, {changed}, "
         f"{params.add(actor_kind(principal), 'text')}, "
         f"{params.add(principal.user_id, 'text')}, {params.add(principal.credential_id, 'text')}, "
         f"{params.add(principal.workflow_id, 'text')}, {params.add(trace, 'text')}::jsonb "
-        f"FROM {source} s)"
+        f"FROM {source} s, {name}_wanted w WHERE w.yes)"
     )
