@@ -13,7 +13,8 @@ flight, their acknowledgements read together on one reply subscription. A row pu
 marked when the process dies is published again; JetStream drops the copy inside its duplicate
 window (Nats-Msg-Id), and consumers dedupe on the event id beyond it.
 
-The relay wakes on `NOTIFY records_outbox` (a statement trigger on the outbox) and polls every
+The relay wakes on `NOTIFY records_outbox` (sent by a write that records events, through
+`records.events_wanted`) and polls every
 second as a fallback; after a read that found less than a batch it lets rows gather for
 OUTBOX_RELAY_GATHER (5 ms) before the next, so that under a steady stream of writes one statement
 reads and marks the rows of many commits. Beside it, on a connection of its own so that no event
