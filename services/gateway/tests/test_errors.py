@@ -6,6 +6,7 @@ from graphql import GraphQLError
 
 from crmkit.errors import (
     AlreadyExists,
+    DeadlineExceeded,
     Internal,
     InvalidArgument,
     NotFound,
@@ -29,6 +30,7 @@ from gateway.graphql.errors import format_graphql_error
         (NotFound("gone"), 404, "Not Found", "NOT_FOUND"),
         (ResourceExhausted("slow down"), 429, "Too Many Requests", "RATE_LIMIT_EXCEEDED"),
         (Unavailable("down"), 503, "Service Unavailable", "SERVICE_UNAVAILABLE"),
+        (DeadlineExceeded("too slow"), 504, "Gateway Timeout", "GATEWAY_TIMEOUT"),
         (Internal("boom"), 500, "Internal Server Error", "INTERNAL_SERVER_ERROR"),
     ],
 )

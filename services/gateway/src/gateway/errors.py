@@ -33,9 +33,7 @@ _MAPPINGS: dict[grpc.StatusCode, ErrorMapping] = {
         429, "Too Many Requests", "RATE_LIMIT_EXCEEDED"
     ),
     grpc.StatusCode.UNAVAILABLE: ErrorMapping(503, "Service Unavailable", "SERVICE_UNAVAILABLE"),
-    grpc.StatusCode.DEADLINE_EXCEEDED: ErrorMapping(
-        504, "Gateway Timeout", "INTERNAL_SERVER_ERROR"
-    ),
+    grpc.StatusCode.DEADLINE_EXCEEDED: ErrorMapping(504, "Gateway Timeout", "GATEWAY_TIMEOUT"),
 }
 _INTERNAL = ErrorMapping(500, "Internal Server Error", "INTERNAL_SERVER_ERROR")
 # Seconds a client should wait before retrying a 503 (a dependency restarting or failing over).
