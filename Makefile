@@ -52,8 +52,12 @@ typecheck: install proto
 unit: install proto
 	$(PY) -m pytest libs services -q
 
+# The integration suite in TEST_WORKERS processes (pytest-xdist), each with its own stack; a file
+# runs whole on one worker. The suite waits far more than it computes (the machine was 30% busy
+# with one worker), so two workers take little more than half the time. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 integration: install proto chromium
-	$(PY) -m pytest tests/integration -q --durations=15
+	$(PY) -m pytest tests/integration -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 # The OAuth consent page is tested in headless Chromium (Debian's package, driven by Playwright);
 # install it when missing and apt-get is usable, otherwise those tests skip saying why.
