@@ -154,20 +154,21 @@ async def directus_rows(seconds: float) -> list[Row]:
 
 
 async def project_rows(ctx: BenchContext, seconds: float) -> tuple[list[Row], list[Result]]:
-    key = await throughput.prepare(ctx.base_url)
+    keys = await throughput.prepare_keys(ctx.base_url)
     names = {
         throughput.REST_LIST_ROW.key: "project list",
         throughput.REST_CREATE_ROW.key: "project create",
         throughput.GRAPHQL_LIST_ROW.key: "project graphql list",
         throughput.GRAPHQL_CREATE_ROW.key: "project graphql create",
     }
+    rounds = throughput.FULL_ROUNDS if seconds >= throughput.FULL_SECONDS else 1
+    merged = await throughput.measure_rounds(ctx, keys, throughput.ROWS, seconds, rounds)
     rows, results = [], []
-    for workload in throughput.ROWS:
-        result = await throughput.measure(ctx, key, workload, seconds)
+    for key, result in merged.items():
         results.append(result)
         rows.append(
             Row(
-                names[workload.key],
+                names[key],
                 result.requests_per_second,
                 result.p50_ms,
                 result.p99_ms,
