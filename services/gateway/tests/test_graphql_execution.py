@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -259,6 +260,11 @@ DIRECT = (
     ('{ people(last: 0, filter: {firstName: {eq: "x"}}) { edges { node { id } } } }', None),
     (f'{{ person(id: "{PERSON}") {{ id firstName tags }} }}', None),
     ("query($id: UUID!) { one: person(id: $id) { id vip } }", {"id": PERSON}),
+    (
+        "mutation($d: PersonCreateInput!) { createPerson(data: $d) { id firstName tags } }",
+        {"d": {"firstName": "F1", "jobTitle": "Engineer"}},
+    ),
+    ('mutation { made: createPerson(data: {firstName: "F1"}) { id vip __typename } }', None),
 )
 # Answered by the normal execution (each a reason the direct path does not apply).
 NOT_DIRECT = (
@@ -272,8 +278,13 @@ NOT_DIRECT = (
     ("{ peopleAggregate { count } }", None),
     ("{ nope }", None),
     ('mutation { deletePerson(id: "' + PERSON + '") { id } }', None),
+    (
+        'mutation { a: createPerson(data: {firstName: "A"}) { id } '
+        'b: createPerson(data: {firstName: "B"}) { id } }',
+        None,
+    ),
 )
-ANSWERED = {query for query, _ in (*DIRECT[:5], *DIRECT[7:], *NOT_DIRECT[:5], NOT_DIRECT[6])}
+ANSWERED = {query for query, _ in (*DIRECT[:5], *DIRECT[7:], *NOT_DIRECT[:5], *NOT_DIRECT[6:])}
 VARIABLE_ERRORS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("query($n: Int) { people(first: $n) { edges { node { id } } } }", {"n": "many"}),
     ("query($id: UUID!) { person(id: $id) { id } }", {}),
@@ -333,6 +344,7 @@ async def test_direct_path_answers_as_the_normal_execution(fakes: Any, schema_pa
     fakes.records.responses["ListRecords"] = _page_of(PEOPLE_ROWS)
     fakes.records.responses["GetRecord"] = lambda request: _record_of(PEOPLE_ROWS[1])
     fakes.records.responses["DeleteRecord"] = lambda request: _record_of(PEOPLE_ROWS[1])
+    fakes.records.responses["CreateRecord"] = lambda request: _record_of(PEOPLE_ROWS[1])
     fakes.records.responses["AggregateRecords"] = _aggregate()
     schema = await _workspace_schema(fakes, schema_parts)
     for query, variables in (*DIRECT, *NOT_DIRECT, *VARIABLE_ERRORS):
@@ -379,6 +391,36 @@ async def test_direct_path_falls_back_on_a_page_its_plan_cannot_answer(
         assert ours == theirs, query
         assert our_calls == their_calls * 2
         assert orjson.loads(ours)["errors"]
+
+
+async def test_a_direct_create_is_sent_once_and_completed_by_graphql_core_when_its_plan_cannot(
+    fakes: Any, schema_parts: Any
+) -> None:
+    """A created record the plan cannot complete (a null in ID!) is not created again: the
+    normal execution completes the record the direct path wrote, with graphql-core's error
+    (a server error: the field is ID!)."""
+    fakes.records.responses["CreateRecord"] = lambda request: _record_of({"id": None})
+    for query, variables in DIRECT[9:]:
+        ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, variables)
+        assert ours == theirs, query
+        assert [call[0] for call in our_calls] == ["CreateRecord"], query
+        assert our_calls == their_calls, query
+        assert orjson.loads(ours)["errors"][0]["extensions"] == {"code": "INTERNAL_SERVER_ERROR"}
+
+
+async def test_a_create_with_an_idempotency_key_takes_the_guarded_path(
+    fakes: Any, schema_parts: Any
+) -> None:
+    schema = await _workspace_schema(fakes, schema_parts)
+    query, variables = DIRECT[9]
+    compiled = compile_operation(schema, parse(query), None, variables)
+    assert isinstance(compiled, DirectOperation)
+    fakes.records.calls.clear()
+    model = await fakes.state.models.get(fakes.principal)
+    connection = SimpleNamespace(headers={"Idempotency-Key": "k-1"})
+    context = GraphQLContext(connection, fakes.state, fakes.principal, model=model)  # type: ignore[arg-type]
+    assert await compiled.run(schema._schema, context, variables) is None
+    assert fakes.records.calls == []
 
 
 def _record_of(row: dict[str, Any]) -> Any:

@@ -28,6 +28,9 @@ class GraphQLContext:
     response_headers: dict[str, str] = field(default_factory=dict)
     # The workspace's data model the request runs against (on /graphql; None on /metadata).
     model: DataModel | None = None
+    # Records a direct mutation wrote whose answer the normal execution must complete, by the
+    # root field's response key: the resolver answers them instead of writing again.
+    written: dict[str, Any] = field(default_factory=dict)
 
     def grpc_metadata(self) -> list[tuple[str, str | bytes]]:
         """Metadata for upstream calls on behalf of this request's principal."""

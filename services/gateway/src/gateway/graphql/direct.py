@@ -1,5 +1,6 @@
-"""A direct path for the common record query: one root field that lists (`people(...)`) or
-gets (`person(id: ...)`) records of an object, with a plain selection below it.
+"""A direct path for the common record operations: one root field that lists (`people(...)`),
+gets (`person(id: ...)`) or creates (`createPerson(data: ...)`) a record of an object, with a
+plain selection below it.
 
 Such an operation is compiled once per schema, query text and operation name: its root field's
 resolver (RecordOperations.page or .get_one), what it selects (RecordOperations.Selected, which
@@ -9,13 +10,17 @@ from the coerced variables, otherwise) and the plan of its selection set
 (gateway.graphql.execution). A request then costs the resolver's one call and the plan's run,
 without Strawberry's and graphql-core's execution machinery around them.
 
-The path is taken only when the document is valid, is a query, selects exactly one root field,
-of a record list or get generated for the workspace, without fragment variables or directives
+The path is taken only when the document is valid, selects exactly one root field, of a record
+list or get (a query) or create (a mutation) generated for the workspace, without fragment
+variables or directives
 other than @include/@skip with literal conditions, the selection set below it is plain, and the
 schema has no extensions. Anything else, variables that do not coerce, arguments Strawberry
 cannot convert, and a page the plan cannot answer as graphql-core would (a null in a non-null
 field, a value a scalar refuses) go through the normal execution, which reports the same errors
-as always (the last case asks the records service again: a read, and only on a broken record).
+as always (the last case asks the records service again: a read, and only on a broken record;
+a create is not sent again: the normal execution completes the record it wrote, through
+`GraphQLContext.written`). A create with an Idempotency-Key header takes the normal path, which
+guards it.
 An error the resolver raises (a page size out of range, a filter refused, an error of the
 records call) is answered as graphql-core does: located at the field with its path, the field
 nulled, and the whole data when the field is non-null
@@ -54,6 +59,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.arguments import convert_arguments
 from strawberry.types.nodes import convert_selections
 
+from gateway import idempotency
 from gateway.graphql.execution import NOT_PLAIN, GatewayExecutionContext, Plan, run_plan
 from gateway.graphql.records import RecordOperations, Selected
 
@@ -64,6 +70,8 @@ _NOT_DIRECT = object()
 
 # Converts graphql-core's coerced arguments to the resolver's keyword arguments.
 ConvertArguments = Callable[[dict[str, Any]], dict[str, Any]]
+# What the root field does: RecordOperations.page, .get_one or .create.
+LIST, GET, CREATE = "list", "get", "create"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +83,7 @@ class DirectOperation:
     field_def: GraphQLField
     non_null: bool
     operations: RecordOperations
-    is_list: bool  # RecordOperations.page, else .get_one
+    kind: str  # LIST, GET or CREATE
     selected: Selected
     plan: Plan
     operation: OperationDefinitionNode
@@ -102,8 +110,11 @@ class DirectOperation:
         self, schema: GraphQLSchema, context: Any, variables: dict[str, Any] | None
     ) -> ExecutionResult | None:
         """The answer; None when the normal execution must answer (the variables or arguments
-        did not convert: nothing was asked yet; or the page holds a value the plan cannot
-        answer)."""
+        did not convert, or a create carries an Idempotency-Key: nothing was asked yet; or the
+        answer holds a value the plan cannot complete: a created record is then left in
+        `context.written` for the normal execution to complete)."""
+        if self.kind == CREATE and _has_idempotency_key(context):
+            return None
         try:
             arguments = self.arguments_for(schema, variables)
         except Exception:  # the normal execution raises and reports it
@@ -112,10 +123,12 @@ class DirectOperation:
             return None
         ops = self.operations
         try:
-            if self.is_list:
+            if self.kind == LIST:
                 value = await ops.page(context, self.selected, **arguments)
-            else:
+            elif self.kind == GET:
                 value = await ops.get_one(context, self.selected, **arguments)
+            else:
+                value = await ops.create(context, **arguments)
         except Exception as exc:
             error = located_error(exc, list(self.nodes), [self.key])
             return _result(None if self.non_null else {self.key: None}, [error])
@@ -125,8 +138,15 @@ class DirectOperation:
             return _result({self.key: None}, None)
         answer = run_plan(self.plan, value)
         if answer is NOT_PLAIN:
+            if self.kind == CREATE:
+                context.written[self.key] = value
             return None
         return _result({self.key: answer}, None)
+
+
+def _has_idempotency_key(context: Any) -> bool:
+    headers = getattr(context.connection, "headers", None)
+    return headers is not None and idempotency.HEADER in headers
 
 
 def _result(data: dict[str, Any] | None, errors: list[GraphQLError] | None) -> ExecutionResult:
@@ -172,7 +192,7 @@ def compile_operation(
     """The direct operation of a valid document, _NOT_DIRECT when it does not qualify, None
     when `variables` do not coerce (undecided)."""
     operation = get_operation_ast(document, operation_name)
-    if operation is None or operation.operation is not OperationType.QUERY:
+    if operation is None or operation.operation is OperationType.SUBSCRIPTION:
         return _NOT_DIRECT
     if not _literal_directives(document):
         return _NOT_DIRECT
@@ -182,8 +202,10 @@ def compile_operation(
     )
     if not isinstance(executor, GatewayExecutionContext):
         return None  # the variables do not coerce
-    root_type = graphql_schema.query_type
-    assert root_type is not None
+    is_query = operation.operation is OperationType.QUERY
+    root_type = graphql_schema.query_type if is_query else graphql_schema.mutation_type
+    if root_type is None:
+        return _NOT_DIRECT
     grouped, defer_usages, _ = collect_fields(
         graphql_schema, executor.fragments, executor.variable_values, root_type, operation
     )
@@ -199,7 +221,9 @@ def compile_operation(
     resolver = _record_resolver(field_def)
     if resolver is None:
         return _NOT_DIRECT
-    operations, is_list, strawberry_field = resolver
+    operations, kind, strawberry_field = resolver
+    if (kind == CREATE) == is_query:
+        return _NOT_DIRECT
     field_type = field_def.type
     non_null = isinstance(field_type, GraphQLNonNull)
     named = field_type.of_type if non_null else field_type
@@ -237,7 +261,7 @@ def compile_operation(
         field_def=field_def,
         non_null=non_null,
         operations=operations,
-        is_list=is_list,
+        kind=kind,
         selected=selected,
         plan=plan,
         operation=operation,
@@ -246,9 +270,10 @@ def compile_operation(
     )
 
 
-def _record_resolver(field_def: GraphQLField) -> tuple[RecordOperations, bool, Any] | None:
-    """The RecordOperations behind a generated list or get field, whether it lists, and the
-    Strawberry field; None for any other field, or one with extensions or permissions."""
+def _record_resolver(field_def: GraphQLField) -> tuple[RecordOperations, str, Any] | None:
+    """The RecordOperations behind a generated list, get or create field, which of them it is,
+    and the Strawberry field; None for any other field, or one with extensions or
+    permissions."""
     strawberry_field = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
     if strawberry_field is None or strawberry_field.extensions:
         return None
@@ -260,11 +285,15 @@ def _record_resolver(field_def: GraphQLField) -> tuple[RecordOperations, bool, A
     if not isinstance(owner, RecordOperations):
         return None
     function = getattr(implementation, "__func__", None)
-    if function is RecordOperations.list_page:
-        return owner, True, strawberry_field
-    if function is RecordOperations.get:
-        return owner, False, strawberry_field
-    return None
+    kind = _KINDS.get(function)
+    return None if kind is None else (owner, kind, strawberry_field)
+
+
+_KINDS: dict[Any, str] = {
+    RecordOperations.list_page: LIST,
+    RecordOperations.get: GET,
+    RecordOperations.create_one: CREATE,
+}
 
 
 def _literal_directives(document: DocumentNode) -> bool:

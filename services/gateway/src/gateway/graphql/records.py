@@ -3,7 +3,7 @@ records service (relations through the request's DataLoaders), records kept as J
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
@@ -96,12 +96,16 @@ class RecordOperations:
         stub = context.state.upstreams.records
         return await context.ask(getattr(stub, method), request)
 
+    def _guard(self, info: strawberry.Info) -> idempotency.Metadata:
+        """The request's Idempotency-Key as call metadata; empty without the header."""
+        # (unit tests run resolvers without an HTTP connection)
+        headers = getattr(_context(info).connection, "headers", None)
+        return idempotency.graphql_metadata(info, headers)
+
     async def _write(self, info: strawberry.Info, method: str, request: Any) -> Any:
         """A write call, guarded by the request's Idempotency-Key when it has one."""
         context = _context(info)
-        # (unit tests run resolvers without an HTTP connection)
-        headers = getattr(context.connection, "headers", None)
-        guard = idempotency.graphql_metadata(info, headers)
+        guard = self._guard(info)
         stub = context.state.upstreams.records
         return await call(getattr(stub, method), request, context.grpc_metadata() + guard)
 
@@ -214,12 +218,27 @@ class RecordOperations:
     # -- mutations ----------------------------------------------------------------------------
 
     async def create_one(self, info: strawberry.Info, data: Any) -> Record:
+        context = _context(info)
+        written: Record | None = context.written.pop(str(info.path.key), None)
+        if written is not None:  # the direct path wrote it (gateway.graphql.direct)
+            return written
+        return await self.create(context, data, lambda: self._guard(info))
+
+    async def create(
+        self,
+        context: GraphQLContext,
+        data: Any,
+        guard: Callable[[], idempotency.Metadata] = list,
+    ) -> Record:
+        """`create_one` from the request's context; `guard` gives the Idempotency-Key metadata
+        (none on the direct path, which a request with the header does not take)."""
         item = record_json(data)
-        await _check_owners(info, [item])
+        await check_owners(context.state, context.principal, context.grpc_metadata(), [item])
         request = records_pb2.CreateRecordRequest(
-            ref=self._ref(_context(info)), data_json=orjson.dumps(item)
+            ref=self._ref(context), data_json=orjson.dumps(item)
         )
-        response = await self._write(info, "CreateRecord", request)
+        stub = context.state.upstreams.records
+        response = await call(stub.CreateRecord, request, context.grpc_metadata() + guard())
         record: Record = orjson.loads(response.record_json)
         return record
 

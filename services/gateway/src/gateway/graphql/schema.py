@@ -75,11 +75,11 @@ class GatewaySchema(strawberry.Schema):
         allowed_operation_types: Iterable[OperationType] | None = None,
         operation_extensions: dict[str, Any] | None = None,
     ) -> ExecutionResult:
-        """A record list or get takes gateway.graphql.direct's path when it qualifies."""
-        if self._direct_allowed(query, root_value, allowed_operation_types, operation_extensions):
+        """A record list, get or create takes gateway.graphql.direct's path when it qualifies."""
+        if self._direct_allowed(query, root_value, operation_extensions):
             assert query is not None
             result = await self._execute_direct(
-                query, variable_values, context_value, operation_name
+                query, variable_values, context_value, operation_name, allowed_operation_types
             )
             if result is not None:
                 return result
@@ -94,17 +94,12 @@ class GatewaySchema(strawberry.Schema):
         )
 
     def _direct_allowed(
-        self,
-        query: str | None,
-        root_value: Any,
-        allowed_operation_types: Iterable[OperationType] | None,
-        operation_extensions: dict[str, Any] | None,
+        self, query: str | None, root_value: Any, operation_extensions: dict[str, Any] | None
     ) -> bool:
         if not query or root_value is not None or operation_extensions:
             return False
-        if self.extensions or self.directives:  # their hooks run only in the normal execution
-            return False
-        return allowed_operation_types is None or OperationType.QUERY in allowed_operation_types
+        # their hooks run only in the normal execution
+        return not (self.extensions or self.directives)
 
     async def _execute_direct(
         self,
@@ -112,6 +107,7 @@ class GatewaySchema(strawberry.Schema):
         variable_values: dict[str, Any] | None,
         context_value: Any,
         operation_name: str | None,
+        allowed_operation_types: Iterable[OperationType] | None,
     ) -> ExecutionResult | None:
         prepared = self._documents.prepared(self._schema, query, _RULES)
         if prepared is None or prepared[1]:
@@ -119,6 +115,9 @@ class GatewaySchema(strawberry.Schema):
         direct = self._direct.find(self, prepared[0], query, operation_name, variable_values)
         if direct is None:
             return None
+        allowed = allowed_operation_types
+        if allowed is not None and OperationType(direct.operation.operation.value) not in allowed:
+            return None  # the normal execution refuses it (a mutation sent with GET)
         result = await direct.run(self._schema, context_value, variable_values)
         if result is not None and result.errors:
             self.process_errors(result.errors)
