@@ -52,10 +52,9 @@ typecheck: install proto
 unit: install proto
 	$(PY) -m pytest libs services -q
 
-# TEST_WORKERS=2 runs the integration suite in two pytest-xdist processes, each with its own
-# stacks, a file whole on one worker: 13:38 against 18:05 on a 2-core VM. Not the default: in one
-# CI run a worker's NATS restart hung before exec (docs/development.md), so 0 (one process).
-TEST_WORKERS ?= 0
+# The integration suite in two pytest-xdist processes, each with its own stacks, a file whole on
+# one worker: 13:38 against 18:05 on a 2-core VM. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 integration: install proto chromium
 	$(PY) -m pytest tests/integration -q --durations=15 -n $(TEST_WORKERS) --dist loadfile
 

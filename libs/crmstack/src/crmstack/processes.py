@@ -2,6 +2,12 @@
 
 Every child is forked by one long-lived thread and asks the kernel for a signal when that thread
 dies (PR_SET_PDEATHSIG), so nothing the launcher started outlives it, however it ends.
+
+The signal is armed by `setpriv --pdeathsig` (util-linux) between the fork and the command's exec,
+not by a Python `preexec_fn`: forking a process whose gRPC and other threads are running and then
+running Python in the child is not fork-safe (a restarted NATS once never reached its exec).
+Without a `preexec_fn`, `subprocess` uses vfork and the child runs no Python and no fork handlers.
+Where setpriv is missing, the `preexec_fn` is the fallback.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import ctypes
 import ctypes.util
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +38,7 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 # a restart from a timer thread would otherwise kill its child as soon as the timer returns. One
 # thread that lives as long as the launcher forks every child.
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crmstack-spawner")
+_SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
 
 
 def _die_with_parent(sig: int, parent: int) -> Callable[[], None]:
@@ -51,13 +59,28 @@ def spawn(
 
     It runs in its own session, so a Ctrl-C in the terminal reaches only the launcher, which
     stops the children in order."""
-    # Set after any change of user (a credential change clears the parent-death signal).
-    arm = _die_with_parent(death_signal, os.getpid())
+    # Armed after any change of user (a credential change clears the parent-death signal):
+    # Popen changes the user before the exec, setpriv arms the signal after it.
+    argv, arm = with_death_signal(command, death_signal, _SETPRIV)
 
     def fork() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(list(command), start_new_session=True, preexec_fn=arm, **kwargs)
+        return subprocess.Popen(argv, start_new_session=True, preexec_fn=arm, **kwargs)
 
     return _spawner.submit(fork).result()
+
+
+def with_death_signal(
+    command: Sequence[str], death_signal: int, setpriv: str | None
+) -> tuple[list[str], Callable[[], None] | None]:
+    """The argv and preexec_fn that give `command` `death_signal` when the launcher dies
+    (`setpriv`: its path, or None for the preexec_fn).
+
+    With setpriv the window between the fork and setpriv's prctl is not covered: a launcher
+    killed inside it leaves that one child running (the preexec_fn checks the parent's PID)."""
+    if setpriv is not None:
+        signal_name = signal.Signals(death_signal).name
+        return [setpriv, f"--pdeathsig={signal_name}", "--", *command], None
+    return list(command), _die_with_parent(death_signal, os.getpid())
 
 
 def render_line(raw: str) -> str:
