@@ -293,6 +293,24 @@ def test_an_upsert_reimport_changes_nothing_and_events_can_be_off(
     assert _events(local_stack, ids) == {"created": 30}
 
 
+def test_the_event_of_an_imported_record_carries_the_record_a_read_shows(
+    api: Api, local_stack: Stack
+) -> None:
+    listen(local_stack, api.session.workspace_id)
+    job = _wait(api, _start(api, "/rest/imports/people", _csv(25))["id"])
+    assert (job["rowsWritten"], job["emitEvents"]) == (25, True)
+    shown = api.ok("GET", "/rest/people?limit=200&depth=0")["data"]
+    events = query(
+        local_stack,
+        "SELECT record_id::text, action, record::text FROM records.outbox "
+        "WHERE workspace_id = $1::uuid",
+        api.session.workspace_id,
+    )
+    assert {row[0]: (row[1], orjson.loads(row[2])) for row in events} == {
+        record["id"]: ("created", record) for record in shown
+    }
+
+
 def test_cancel_stops_a_running_import_and_imports_per_workspace_are_capped(api: Api) -> None:
     total = 20_000  # enough to be still running when the cancel lands, however fast the import
     first = _start(api, "/rest/imports/people", _csv(total))

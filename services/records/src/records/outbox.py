@@ -61,12 +61,15 @@ def outbox_cte(
     cause: str,
     changed: str = "'{}'::text[]",
     events: bool = True,
+    record: str = "s.after",
 ) -> str:
     """`<name> AS (INSERT INTO records.outbox ...)` for every row of CTE `source`, while
     somebody listens to the workspace's events (`records.events_wanted`, evaluated once).
 
-    `source` must expose `id`, `after` (json) and `before` (json or NULL). With `events` False
-    (an import that emits no events) the CTE writes nothing.
+    `source` must expose `id`, `after` (json) and `before` (json or NULL). `record` is the SQL of
+    the event's record: `s.after` unless the caller builds it here (only for the rows written,
+    only while somebody listens). With `events` False (an import that emits no events) the CTE
+    writes nothing.
     """
     if not events:
         return f"{name} AS (SELECT NULL WHERE FALSE)"
@@ -79,7 +82,7 @@ def outbox_cte(
         "actor_kind, actor_user_id, actor_credential_id, actor_workflow_id, trace_context) "
         f"SELECT gen_random_uuid(), {workspace}, "
         f"{literal(obj.name_singular)}, {literal(obj.id)}::uuid, s.id, {literal(action)}, "
-        f"{literal(cause)}, s.after, {_PREVIOUS}, {changed}, "
+        f"{literal(cause)}, {record}, {_PREVIOUS}, {changed}, "
         f"{params.add(actor_kind(principal), 'text')}, "
         f"{params.add(principal.user_id, 'text')}, {params.add(principal.credential_id, 'text')}, "
         f"{params.add(principal.workflow_id, 'text')}, {params.add(trace, 'text')}::jsonb "

@@ -87,14 +87,22 @@ async def insert(
     connection: Any, ctx: RequestContext, obj: ObjectModel, rows: list[Prepared], *, events: bool
 ) -> int:
     """`create` for a caller that shows no record (an import): the same rows, outbox and
-    history, answering only how many were inserted. The record JSON is built for the outbox
-    alone: not at all without events."""
+    history, answering only how many were inserted. The record JSON is built by the outbox's
+    SELECT from the inserted row, so only while somebody listens (`records.events_wanted`)."""
     if not rows:
         return 0
     await links.require_readable_targets(connection, ctx, obj, rows)
     params = Params()
-    after = obj.json_expression("t") if events else "NULL::json"
-    sql = _insert_ctes(ctx.principal, obj, rows, params, after, "NULL::json", events=events)
+    sql = _insert_ctes(
+        ctx.principal,
+        obj,
+        rows,
+        params,
+        "NULL::json",
+        "NULL::json",
+        events=events,
+        record=obj.json_expression("(s.written)"),
+    )
     found = await _run(connection, sql + " SELECT count(*) FROM ins", params, obj, rows)
     count: int = found[0][0]
     return count
@@ -109,20 +117,23 @@ def _insert_ctes(
     shown: str,
     *,
     events: bool,
+    record: str | None = None,
 ) -> str:
     """`WITH ins AS (INSERT ...), <outbox>, <history>` of `rows`; `ins` exposes id, after,
-    before (NULL) and shown."""
+    before (NULL) and shown. With `record` (SQL over `(s.written)`, the inserted row), the
+    outbox's record is built from it instead of from `after`."""
     columns = _insert_columns(obj)
+    written = ", t AS written" if record is not None else ""
     payload = params.add([row.columns for row in rows], "json")
     column_list = ", ".join(quote(c) for c in columns)
     return (
         f'WITH ins AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
         f"SELECT {column_list}, {NOW}, {NOW} "
         f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
-        f"RETURNING t.id, {after} AS after, NULL::json AS before, {shown} AS shown), "
+        f"RETURNING t.id, {after} AS after, NULL::json AS before, {shown} AS shown{written}), "
         + outbox.outbox_cte(
             "ob", "ins", obj, principal, params, action=outbox.CREATED, cause=outbox.WRITE,
-            events=events,
+            events=events, record=record or "s.after",
         )
         + ", "
         + history.history_cte("hi", "ins", obj, principal, params, action=history.CREATED)
