@@ -73,6 +73,7 @@ class Workload:
 WORKLOADS = (
     Workload("records", "bench.bench_records"),
     Workload("throughput", "bench.bench_throughput"),
+    Workload("updates", "bench.bench_updates"),
     Workload("search", "bench.bench_search"),
     Workload("burst", "bench.bench_burst"),
     Workload("rate_limit", "bench.bench_rate_limit"),

@@ -265,7 +265,16 @@ DIRECT = (
         {"d": {"firstName": "F1", "jobTitle": "Engineer"}},
     ),
     ('mutation { made: createPerson(data: {firstName: "F1"}) { id vip __typename } }', None),
+    (
+        "mutation($id: UUID!, $d: PersonUpdateInput!) { updatePerson(id: $id, data: $d) "
+        "{ id firstName tags } }",
+        {"id": PERSON, "d": {"jobTitle": "Sales"}},
+    ),
+    (f'mutation {{ gone: deletePerson(id: "{PERSON}") {{ id vip __typename }} }}', None),
+    (f'mutation {{ restorePerson(id: "{PERSON}") {{ id firstName }} }}', None),
 )
+WRITES = DIRECT[9:]  # with the records method each one calls
+WRITE_METHODS = ("CreateRecord", "CreateRecord", "UpdateRecord", "DeleteRecord", "RestoreRecord")
 # Answered by the normal execution (each a reason the direct path does not apply).
 NOT_DIRECT = (
     (
@@ -277,7 +286,7 @@ NOT_DIRECT = (
     ("{ a: people { edges { node { id } } } b: people(first: 1) { edges { node { id } } } }", None),
     ("{ peopleAggregate { count } }", None),
     ("{ nope }", None),
-    ('mutation { deletePerson(id: "' + PERSON + '") { id } }', None),
+    ('mutation { deletePeople(filter: {jobTitle: {eq: "x"}}) { id } }', None),
     (
         'mutation { a: createPerson(data: {firstName: "A"}) { id } '
         'b: createPerson(data: {firstName: "B"}) { id } }',
@@ -343,8 +352,11 @@ def _direct(
 async def test_direct_path_answers_as_the_normal_execution(fakes: Any, schema_parts: Any) -> None:
     fakes.records.responses["ListRecords"] = _page_of(PEOPLE_ROWS)
     fakes.records.responses["GetRecord"] = lambda request: _record_of(PEOPLE_ROWS[1])
-    fakes.records.responses["DeleteRecord"] = lambda request: _record_of(PEOPLE_ROWS[1])
-    fakes.records.responses["CreateRecord"] = lambda request: _record_of(PEOPLE_ROWS[1])
+    for method in (*WRITE_METHODS, "DeleteRecords"):
+        fakes.records.responses[method] = lambda request: _record_of(PEOPLE_ROWS[1])
+    fakes.records.responses["DeleteRecords"] = records_pb2.RecordsResponse(
+        records_json=orjson.dumps(PEOPLE_ROWS[1:])
+    )
     fakes.records.responses["AggregateRecords"] = _aggregate()
     schema = await _workspace_schema(fakes, schema_parts)
     for query, variables in (*DIRECT, *NOT_DIRECT, *VARIABLE_ERRORS):
@@ -393,34 +405,48 @@ async def test_direct_path_falls_back_on_a_page_its_plan_cannot_answer(
         assert orjson.loads(ours)["errors"]
 
 
-async def test_a_direct_create_is_sent_once_and_completed_by_graphql_core_when_its_plan_cannot(
+async def test_a_direct_write_is_sent_once_and_completed_by_graphql_core_when_its_plan_cannot(
     fakes: Any, schema_parts: Any
 ) -> None:
-    """A created record the plan cannot complete (a null in ID!) is not created again: the
+    """A written record the plan cannot complete (a null in ID!) is not written again: the
     normal execution completes the record the direct path wrote, with graphql-core's error
     (a server error: the field is ID!)."""
-    fakes.records.responses["CreateRecord"] = lambda request: _record_of({"id": None})
-    for query, variables in DIRECT[9:]:
+    for method in WRITE_METHODS:
+        fakes.records.responses[method] = lambda request: _record_of({"id": None})
+    for (query, variables), method in zip(WRITES, WRITE_METHODS, strict=True):
         ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, variables)
         assert ours == theirs, query
-        assert [call[0] for call in our_calls] == ["CreateRecord"], query
+        assert [call[0] for call in our_calls] == [method], query
         assert our_calls == their_calls, query
         assert orjson.loads(ours)["errors"][0]["extensions"] == {"code": "INTERNAL_SERVER_ERROR"}
 
 
-async def test_a_create_with_an_idempotency_key_takes_the_guarded_path(
+async def test_a_write_with_an_idempotency_key_takes_the_guarded_path(
     fakes: Any, schema_parts: Any
 ) -> None:
     schema = await _workspace_schema(fakes, schema_parts)
-    query, variables = DIRECT[9]
-    compiled = compile_operation(schema, parse(query), None, variables)
-    assert isinstance(compiled, DirectOperation)
-    fakes.records.calls.clear()
     model = await fakes.state.models.get(fakes.principal)
     connection = SimpleNamespace(headers={"Idempotency-Key": "k-1"})
-    context = GraphQLContext(connection, fakes.state, fakes.principal, model=model)  # type: ignore[arg-type]
-    assert await compiled.run(schema._schema, context, variables) is None
-    assert fakes.records.calls == []
+    for query, variables in WRITES:
+        compiled = compile_operation(schema, parse(query), None, variables)
+        assert isinstance(compiled, DirectOperation)
+        fakes.records.calls.clear()
+        context = GraphQLContext(connection, fakes.state, fakes.principal, model=model)  # type: ignore[arg-type]
+        assert await compiled.run(schema._schema, context, variables) is None, query
+        assert fakes.records.calls == [], query
+
+
+async def test_direct_writes_answer_errors_of_the_records_service_as_graphql_core(
+    fakes: Any, schema_parts: Any
+) -> None:
+    """A write refused by records is located at its field, sent once on either path."""
+    for method in WRITE_METHODS:
+        fakes.records.responses[method] = NotFound("no person with that id")
+    for (query, variables), method in zip(WRITES, WRITE_METHODS, strict=True):
+        ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, variables)
+        assert ours == theirs, query
+        assert [call[0] for call in our_calls] == [method], query
+        assert orjson.loads(ours)["errors"][0]["extensions"]["code"] == "NOT_FOUND", query
 
 
 def _record_of(row: dict[str, Any]) -> Any:

@@ -1,36 +1,37 @@
 """A direct path for the common record operations: one root field that lists (`people(...)`),
-gets (`person(id: ...)`) or creates (`createPerson(data: ...)`) a record of an object, with a
-plain selection below it.
+gets (`person(id: ...)`), creates (`createPerson(data: ...)`), updates, deletes or restores
+(`updatePerson(id: ..., data: ...)`, `deletePerson(id: ...)`, `restorePerson(id: ...)`) a record
+of an object, with a plain selection below it.
 
 Such an operation is compiled once per schema, query text and operation name: its root field's
-resolver (RecordOperations.page or .get_one), what it selects (RecordOperations.Selected, which
-the resolver otherwise reads from `Info.selected_fields` on every request), its arguments
-converted by Strawberry's own `convert_arguments` (once, when they are literals; per request,
-from the coerced variables, otherwise) and the plan of its selection set
-(gateway.graphql.execution). A request then costs the resolver's one call and the plan's run,
-without Strawberry's and graphql-core's execution machinery around them.
+resolver (RecordOperations.page, .get_one, .create, .update, .delete or .restore), what it
+selects (RecordOperations.Selected, which the resolver otherwise reads from
+`Info.selected_fields` on every request), its arguments converted by Strawberry's own
+`convert_arguments` (once, when they are literals; per request, from the coerced variables,
+otherwise) and the plan of its selection set (gateway.graphql.execution). A request then costs
+the resolver's one call and the plan's run, without Strawberry's and graphql-core's execution
+machinery around them.
 
 The path is taken only when the document is valid, selects exactly one root field, of a record
-list or get (a query) or create (a mutation) generated for the workspace, without fragment
-variables or directives
-other than @include/@skip with literal conditions, the selection set below it is plain, and the
-schema has no extensions. Anything else, variables that do not coerce, arguments Strawberry
-cannot convert, and a page the plan cannot answer as graphql-core would (a null in a non-null
-field, a value a scalar refuses) go through the normal execution, which reports the same errors
-as always (the last case asks the records service again: a read, and only on a broken record;
-a create is not sent again: the normal execution completes the record it wrote, through
-`GraphQLContext.written`). A create with an Idempotency-Key header takes the normal path, which
-guards it.
+list or get (a query) or a one-record write (a mutation) generated for the workspace, without
+fragment variables or directives other than @include/@skip with literal conditions, the
+selection set below it is plain, and the schema has no extensions. Anything else, variables that
+do not coerce, arguments Strawberry cannot convert, and a page the plan cannot answer as
+graphql-core would (a null in a non-null field, a value a scalar refuses) go through the normal
+execution, which reports the same errors as always (the last case asks the records service
+again: a read, and only on a broken record; a write is not sent again: the normal execution
+completes the record it wrote, through `GraphQLContext.written`). A write with an
+Idempotency-Key header takes the normal path, which guards it.
 An error the resolver raises (a page size out of range, a filter refused, an error of the
 records call) is answered as graphql-core does: located at the field with its path, the field
 nulled, and the whole data when the field is non-null
-(docs/decisions.md, GraphQL direct path for record queries).
+(docs/decisions.md, GraphQL direct path for record queries and writes).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -70,8 +71,17 @@ _NOT_DIRECT = object()
 
 # Converts graphql-core's coerced arguments to the resolver's keyword arguments.
 ConvertArguments = Callable[[dict[str, Any]], dict[str, Any]]
-# What the root field does: RecordOperations.page, .get_one or .create.
-LIST, GET, CREATE = "list", "get", "create"
+# What the root field does, and the RecordOperations method the direct path calls for it.
+LIST, GET, CREATE, UPDATE, DELETE, RESTORE = "list", "get", "create", "update", "delete", "restore"
+_READS = frozenset({LIST, GET})
+_CALLS: dict[str, Callable[..., Awaitable[Any]]] = {
+    LIST: RecordOperations.page,
+    GET: RecordOperations.get_one,
+    CREATE: RecordOperations.create,
+    UPDATE: RecordOperations.update,
+    DELETE: RecordOperations.delete,
+    RESTORE: RecordOperations.restore,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +93,7 @@ class DirectOperation:
     field_def: GraphQLField
     non_null: bool
     operations: RecordOperations
-    kind: str  # LIST, GET or CREATE
+    kind: str  # LIST, GET, CREATE, UPDATE, DELETE or RESTORE
     selected: Selected
     plan: Plan
     operation: OperationDefinitionNode
@@ -110,10 +120,11 @@ class DirectOperation:
         self, schema: GraphQLSchema, context: Any, variables: dict[str, Any] | None
     ) -> ExecutionResult | None:
         """The answer; None when the normal execution must answer (the variables or arguments
-        did not convert, or a create carries an Idempotency-Key: nothing was asked yet; or the
-        answer holds a value the plan cannot complete: a created record is then left in
+        did not convert, or a write carries an Idempotency-Key: nothing was asked yet; or the
+        answer holds a value the plan cannot complete: a written record is then left in
         `context.written` for the normal execution to complete)."""
-        if self.kind == CREATE and _has_idempotency_key(context):
+        reads = self.kind in _READS
+        if not reads and _has_idempotency_key(context):
             return None
         try:
             arguments = self.arguments_for(schema, variables)
@@ -121,14 +132,12 @@ class DirectOperation:
             return None
         if arguments is None:
             return None
-        ops = self.operations
+        method = _CALLS[self.kind]
         try:
-            if self.kind == LIST:
-                value = await ops.page(context, self.selected, **arguments)
-            elif self.kind == GET:
-                value = await ops.get_one(context, self.selected, **arguments)
+            if reads:
+                value = await method(self.operations, context, self.selected, **arguments)
             else:
-                value = await ops.create(context, **arguments)
+                value = await method(self.operations, context, **arguments)
         except Exception as exc:
             error = located_error(exc, list(self.nodes), [self.key])
             return _result(None if self.non_null else {self.key: None}, [error])
@@ -138,7 +147,7 @@ class DirectOperation:
             return _result({self.key: None}, None)
         answer = run_plan(self.plan, value)
         if answer is NOT_PLAIN:
-            if self.kind == CREATE:
+            if not reads:
                 context.written[self.key] = value
             return None
         return _result({self.key: answer}, None)
@@ -222,7 +231,7 @@ def compile_operation(
     if resolver is None:
         return _NOT_DIRECT
     operations, kind, strawberry_field = resolver
-    if (kind == CREATE) == is_query:
+    if (kind in _READS) != is_query:
         return _NOT_DIRECT
     field_type = field_def.type
     non_null = isinstance(field_type, GraphQLNonNull)
@@ -271,8 +280,8 @@ def compile_operation(
 
 
 def _record_resolver(field_def: GraphQLField) -> tuple[RecordOperations, str, Any] | None:
-    """The RecordOperations behind a generated list, get or create field, which of them it is,
-    and the Strawberry field; None for any other field, or one with extensions or
+    """The RecordOperations behind a generated list, get or one-record write field, which of
+    them it is, and the Strawberry field; None for any other field, or one with extensions or
     permissions."""
     strawberry_field = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
     if strawberry_field is None or strawberry_field.extensions:
@@ -293,6 +302,9 @@ _KINDS: dict[Any, str] = {
     RecordOperations.list_page: LIST,
     RecordOperations.get: GET,
     RecordOperations.create_one: CREATE,
+    RecordOperations.update_one: UPDATE,
+    RecordOperations.delete_one: DELETE,
+    RecordOperations.restore_one: RESTORE,
 }
 
 

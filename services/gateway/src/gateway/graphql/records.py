@@ -217,10 +217,17 @@ class RecordOperations:
 
     # -- mutations ----------------------------------------------------------------------------
 
+    # The mutations of one record are each a resolver (normal execution) and a method taking the
+    # request's context (the direct path, gateway.graphql.direct, and the resolver). `guard`
+    # gives the Idempotency-Key metadata: none on the direct path, which a request with the
+    # header does not take. A record the direct path wrote but could not complete is left in
+    # `context.written` under the field's response key: the resolver answers it, not writing
+    # again.
+
     async def create_one(self, info: strawberry.Info, data: Any) -> Record:
         context = _context(info)
-        written: Record | None = context.written.pop(str(info.path.key), None)
-        if written is not None:  # the direct path wrote it (gateway.graphql.direct)
+        written = _written_by_direct_path(context, info)
+        if written is not None:
             return written
         return await self.create(context, data, lambda: self._guard(info))
 
@@ -230,15 +237,24 @@ class RecordOperations:
         data: Any,
         guard: Callable[[], idempotency.Metadata] = list,
     ) -> Record:
-        """`create_one` from the request's context; `guard` gives the Idempotency-Key metadata
-        (none on the direct path, which a request with the header does not take)."""
         item = record_json(data)
         await check_owners(context.state, context.principal, context.grpc_metadata(), [item])
         request = records_pb2.CreateRecordRequest(
             ref=self._ref(context), data_json=orjson.dumps(item)
         )
+        return await self._record_call(context, "CreateRecord", request, guard)
+
+    async def _record_call(
+        self,
+        context: GraphQLContext,
+        method: str,
+        request: Any,
+        guard: Callable[[], idempotency.Metadata],
+    ) -> Record:
+        """A write of one record, answering the record."""
         stub = context.state.upstreams.records
-        response = await call(stub.CreateRecord, request, context.grpc_metadata() + guard())
+        metadata = context.grpc_metadata() + guard()
+        response = await call(getattr(stub, method), request, metadata)
         record: Record = orjson.loads(response.record_json)
         return record
 
@@ -282,14 +298,25 @@ class RecordOperations:
         return records
 
     async def update_one(self, info: strawberry.Info, id: Any, data: Any) -> Record:
+        context = _context(info)
+        written = _written_by_direct_path(context, info)
+        if written is not None:
+            return written
+        return await self.update(context, id, data, lambda: self._guard(info))
+
+    async def update(
+        self,
+        context: GraphQLContext,
+        id: Any,
+        data: Any,
+        guard: Callable[[], idempotency.Metadata] = list,
+    ) -> Record:
         item = record_json(data)
-        await _check_owners(info, [item])
+        await check_owners(context.state, context.principal, context.grpc_metadata(), [item])
         request = records_pb2.UpdateRecordRequest(
-            ref=self._ref(_context(info)), id=str(id), data_json=orjson.dumps(item)
+            ref=self._ref(context), id=str(id), data_json=orjson.dumps(item)
         )
-        response = await self._write(info, "UpdateRecord", request)
-        record: Record = orjson.loads(response.record_json)
-        return record
+        return await self._record_call(context, "UpdateRecord", request, guard)
 
     async def update_many(
         self,
@@ -309,10 +336,20 @@ class RecordOperations:
         return records
 
     async def delete_one(self, info: strawberry.Info, id: Any) -> Record:
-        request = records_pb2.DeleteRecordRequest(ref=self._ref(_context(info)), id=str(id))
-        response = await self._write(info, "DeleteRecord", request)
-        record: Record = orjson.loads(response.record_json)
-        return record
+        context = _context(info)
+        written = _written_by_direct_path(context, info)
+        if written is not None:
+            return written
+        return await self.delete(context, id, lambda: self._guard(info))
+
+    async def delete(
+        self,
+        context: GraphQLContext,
+        id: Any,
+        guard: Callable[[], idempotency.Metadata] = list,
+    ) -> Record:
+        request = records_pb2.DeleteRecordRequest(ref=self._ref(context), id=str(id))
+        return await self._record_call(context, "DeleteRecord", request, guard)
 
     async def delete_many(self, info: strawberry.Info, filter: Any) -> list[Record]:
         request = records_pb2.DeleteRecordsRequest(
@@ -323,10 +360,20 @@ class RecordOperations:
         return records
 
     async def restore_one(self, info: strawberry.Info, id: Any) -> Record:
-        request = records_pb2.RestoreRecordRequest(ref=self._ref(_context(info)), id=str(id))
-        response = await self._write(info, "RestoreRecord", request)
-        record: Record = orjson.loads(response.record_json)
-        return record
+        context = _context(info)
+        written = _written_by_direct_path(context, info)
+        if written is not None:
+            return written
+        return await self.restore(context, id, lambda: self._guard(info))
+
+    async def restore(
+        self,
+        context: GraphQLContext,
+        id: Any,
+        guard: Callable[[], idempotency.Metadata] = list,
+    ) -> Record:
+        request = records_pb2.RestoreRecordRequest(ref=self._ref(context), id=str(id))
+        return await self._record_call(context, "RestoreRecord", request, guard)
 
     def _required_filter(self, value: Any) -> common_pb2.Filter:
         parsed = parse_graphql_filter(value, self.obj)
@@ -337,6 +384,12 @@ class RecordOperations:
                 field="filter",
             )
         return parsed
+
+
+def _written_by_direct_path(context: GraphQLContext, info: strawberry.Info) -> Record | None:
+    """The record the direct path wrote for this field but could not complete, if it did."""
+    written: Record | None = context.written.pop(str(info.path.key), None)
+    return written
 
 
 def aggregate_result(raw: Any) -> Record:
