@@ -139,7 +139,8 @@ async def run(ctx: BenchContext) -> list[Result]:
             p50_ms=percentile(sorted(latencies[name]), 50),
             p99_ms=percentile(sorted(latencies[name]), 99),
             errors=errors[name],
-            notes=f"Python closed loop, {rounds} rounds",
+            notes=f"Python closed loop, {rounds} rounds; cpu ms/request: "
+            + ", ".join(f"{part} {ms:.2f}" for part, ms in cpu.items()),
             cpu_ms_per_request=cpu,
             budget=f"cpu {cpu['total']:.2f} ms/request",
         )

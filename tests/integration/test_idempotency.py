@@ -224,6 +224,32 @@ def test_graphql_single_mutation_replays(api: Api) -> None:
     assert len(_named(api, tag)) == 1
 
 
+def test_graphql_updates_and_deletes_replay_and_write_once(api: Api) -> None:
+    tag = f"u{uuid.uuid4().hex[:12]}"
+    created = _graphql(api, MUTATION, {"d": {"firstName": tag}}, _key()).json()
+    person = created["data"]["createPerson"]["id"]
+    update = (
+        "mutation($id: UUID!, $d: PersonUpdateInput!) { updatePerson(id: $id, data: $d) "
+        "{ id jobTitle updatedAt } }"
+    )
+    key = _key()
+    first = _graphql(api, update, {"id": person, "d": {"jobTitle": "A"}}, key)
+    assert "errors" not in first.json(), first.text
+    api.ok("PATCH", f"/rest/people/{person}", json={"jobTitle": "B"})
+    again = _graphql(api, update, {"id": person, "d": {"jobTitle": "A"}}, key)
+    assert again.content == first.content  # the first answer, and not written again
+    assert api.ok("GET", f"/rest/people/{person}")["data"]["jobTitle"] == "B"
+
+    delete = "mutation($id: UUID!) { deletePerson(id: $id) { id deletedAt } }"
+    key = _key()
+    gone = _graphql(api, delete, {"id": person}, key)
+    assert gone.json()["data"]["deletePerson"]["deletedAt"], gone.text
+    api.ok("PATCH", f"/rest/restore/people/{person}")
+    replayed = _graphql(api, delete, {"id": person}, key)
+    assert replayed.content == gone.content
+    assert api.ok("GET", f"/rest/people/{person}")["data"]["deletedAt"] is None
+
+
 def _with_records_env(stack: Stack, **env: str) -> None:
     instance = stack.instances["records"][0]
     instance.process.env = {**instance.process.env, **env}
