@@ -230,7 +230,7 @@ BROKEN_ROWS = [*PEOPLE_ROWS, {**PEOPLE_ROWS[0], "id": None}]  # a null in ID!
 NODE = "id firstName lastName jobTitle tags vip createdAt __typename"
 
 # Each answered by the direct path: the same answer, errors and records request as before.
-DIRECT = (
+DIRECT: tuple[tuple[str, dict[str, Any] | None], ...] = (
     (
         f'{{ people(first: 2, filter: {{jobTitle: {{eq: "Engineer"}}}}) {{ edges {{ node {{ {NODE} '
         "} } } }",
@@ -446,6 +446,7 @@ async def test_direct_writes_answer_errors_of_the_records_service_as_graphql_cor
         ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, variables)
         assert ours == theirs, query
         assert [call[0] for call in our_calls] == [method], query
+        assert our_calls == their_calls, query
         assert orjson.loads(ours)["errors"][0]["extensions"]["code"] == "NOT_FOUND", query
 
 

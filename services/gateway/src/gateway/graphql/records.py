@@ -3,7 +3,7 @@ records service (relations through the request's DataLoaders), records kept as J
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
@@ -225,11 +225,7 @@ class RecordOperations:
     # again.
 
     async def create_one(self, info: strawberry.Info, data: Any) -> Record:
-        context = _context(info)
-        written = _written_by_direct_path(context, info)
-        if written is not None:
-            return written
-        return await self.create(context, data, lambda: self._guard(info))
+        return await self._one_write(info, lambda context, guard: self.create(context, data, guard))
 
     async def create(
         self,
@@ -243,6 +239,19 @@ class RecordOperations:
             ref=self._ref(context), data_json=orjson.dumps(item)
         )
         return await self._record_call(context, "CreateRecord", request, guard)
+
+    async def _one_write(
+        self,
+        info: strawberry.Info,
+        write: Callable[[GraphQLContext, Callable[[], idempotency.Metadata]], Awaitable[Record]],
+    ) -> Record:
+        """A one-record write's resolver: the record the direct path wrote for this field if it
+        did, else `write` under the request's Idempotency-Key."""
+        context = _context(info)
+        written: Record | None = context.written.pop(str(info.path.key), None)
+        if written is not None:
+            return written
+        return await write(context, lambda: self._guard(info))
 
     async def _record_call(
         self,
@@ -298,11 +307,9 @@ class RecordOperations:
         return records
 
     async def update_one(self, info: strawberry.Info, id: Any, data: Any) -> Record:
-        context = _context(info)
-        written = _written_by_direct_path(context, info)
-        if written is not None:
-            return written
-        return await self.update(context, id, data, lambda: self._guard(info))
+        return await self._one_write(
+            info, lambda context, guard: self.update(context, id, data, guard)
+        )
 
     async def update(
         self,
@@ -336,11 +343,7 @@ class RecordOperations:
         return records
 
     async def delete_one(self, info: strawberry.Info, id: Any) -> Record:
-        context = _context(info)
-        written = _written_by_direct_path(context, info)
-        if written is not None:
-            return written
-        return await self.delete(context, id, lambda: self._guard(info))
+        return await self._one_write(info, lambda context, guard: self.delete(context, id, guard))
 
     async def delete(
         self,
@@ -360,11 +363,7 @@ class RecordOperations:
         return records
 
     async def restore_one(self, info: strawberry.Info, id: Any) -> Record:
-        context = _context(info)
-        written = _written_by_direct_path(context, info)
-        if written is not None:
-            return written
-        return await self.restore(context, id, lambda: self._guard(info))
+        return await self._one_write(info, lambda context, guard: self.restore(context, id, guard))
 
     async def restore(
         self,
@@ -384,12 +383,6 @@ class RecordOperations:
                 field="filter",
             )
         return parsed
-
-
-def _written_by_direct_path(context: GraphQLContext, info: strawberry.Info) -> Record | None:
-    """The record the direct path wrote for this field but could not complete, if it did."""
-    written: Record | None = context.written.pop(str(info.path.key), None)
-    return written
 
 
 def aggregate_result(raw: Any) -> Record:
