@@ -37,9 +37,11 @@ class ServicerBinding:
 
 
 def server_options(settings: GrpcServiceSettings) -> list[tuple[str, int | str]]:
-    """Channel options of the server. Connections are closed after GRPC_MAX_CONNECTION_AGE
-    (in-flight calls get a grace period): clients then resolve the service's name again, so
-    replicas added since (a scale-up behind a headless Service) receive calls too. Clients'
+    """Channel options of the server. Connections get GOAWAY after GRPC_MAX_CONNECTION_AGE:
+    clients then resolve the service's name again, so replicas added since (a scale-up behind a
+    headless Service) receive calls too. Calls in flight run to their end, without a grace
+    limit (gRPC's default): a bounded grace cut calls longer than it with UNAVAILABLE, such as
+    a data-model change rewriting a large table; each call's own deadline bounds it. Clients'
     keepalive pings (every GRPC_KEEPALIVE_TIME, idle or not) are accepted down to half that
     interval: gRPC's default minimum (5 min) would answer them with GOAWAY `too_many_pings`."""
     age_ms = settings.GRPC_MAX_CONNECTION_AGE * 1000
@@ -49,7 +51,6 @@ def server_options(settings: GrpcServiceSettings) -> list[tuple[str, int | str]]
         ("grpc.http2.min_recv_ping_interval_without_data_ms", keepalive_ms // 2),
         ("grpc.http2.min_ping_interval_without_data_ms", keepalive_ms // 2),
         ("grpc.max_connection_age_ms", age_ms),
-        ("grpc.max_connection_age_grace_ms", round(settings.SHUTDOWN_GRACE_SECONDS * 1000)),
     ]
 
 
