@@ -27,6 +27,8 @@ from gateway.pagination import page_info_json, page_size
 from gateway.rpc import call
 
 Record = dict[str, Any]
+# Gives a write's Idempotency-Key call metadata (none on the direct path).
+Guard = Callable[[], idempotency.Metadata]
 # Children fetched per parent for a one-to-many field when `first` is not given.
 RELATED_PAGE_SIZE = 60
 
@@ -231,7 +233,7 @@ class RecordOperations:
         self,
         context: GraphQLContext,
         data: Any,
-        guard: Callable[[], idempotency.Metadata] = list,
+        guard: Guard = list,
     ) -> Record:
         item = record_json(data)
         await check_owners(context.state, context.principal, context.grpc_metadata(), [item])
@@ -243,7 +245,7 @@ class RecordOperations:
     async def _one_write(
         self,
         info: strawberry.Info,
-        write: Callable[[GraphQLContext, Callable[[], idempotency.Metadata]], Awaitable[Record]],
+        write: Callable[[GraphQLContext, Guard], Awaitable[Record]],
     ) -> Record:
         """A one-record write's resolver: the record the direct path wrote for this field if it
         did, else `write` under the request's Idempotency-Key."""
@@ -258,7 +260,7 @@ class RecordOperations:
         context: GraphQLContext,
         method: str,
         request: Any,
-        guard: Callable[[], idempotency.Metadata],
+        guard: Guard,
     ) -> Record:
         """A write of one record, answering the record."""
         stub = context.state.upstreams.records
@@ -316,7 +318,7 @@ class RecordOperations:
         context: GraphQLContext,
         id: Any,
         data: Any,
-        guard: Callable[[], idempotency.Metadata] = list,
+        guard: Guard = list,
     ) -> Record:
         item = record_json(data)
         await check_owners(context.state, context.principal, context.grpc_metadata(), [item])
@@ -345,12 +347,7 @@ class RecordOperations:
     async def delete_one(self, info: strawberry.Info, id: Any) -> Record:
         return await self._one_write(info, lambda context, guard: self.delete(context, id, guard))
 
-    async def delete(
-        self,
-        context: GraphQLContext,
-        id: Any,
-        guard: Callable[[], idempotency.Metadata] = list,
-    ) -> Record:
+    async def delete(self, context: GraphQLContext, id: Any, guard: Guard = list) -> Record:
         request = records_pb2.DeleteRecordRequest(ref=self._ref(context), id=str(id))
         return await self._record_call(context, "DeleteRecord", request, guard)
 
@@ -365,12 +362,7 @@ class RecordOperations:
     async def restore_one(self, info: strawberry.Info, id: Any) -> Record:
         return await self._one_write(info, lambda context, guard: self.restore(context, id, guard))
 
-    async def restore(
-        self,
-        context: GraphQLContext,
-        id: Any,
-        guard: Callable[[], idempotency.Metadata] = list,
-    ) -> Record:
+    async def restore(self, context: GraphQLContext, id: Any, guard: Guard = list) -> Record:
         request = records_pb2.RestoreRecordRequest(ref=self._ref(context), id=str(id))
         return await self._record_call(context, "RestoreRecord", request, guard)
 
