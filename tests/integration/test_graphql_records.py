@@ -232,6 +232,60 @@ def test_relations_are_batched_both_ways(api: Api) -> None:
         assert node["people"]["pageInfo"]["hasNextPage"] is True
 
 
+def test_a_person_s_company_nested_missing_deleted_and_unreadable(api: Api) -> None:
+    """`company { name }` below people and a person: the company, null without one, null when
+    it was deleted, and an error at the field (the rest answered) for a key whose role reads
+    people but not companies, whichever execution answers it."""
+    acme, gone = api.data(
+        'mutation { createCompanies(data: [{name: "Acme"}, {name: "Gone"}]) { id } }'
+    )["createCompanies"]
+    people = api.data(
+        "mutation($people: [PersonCreateInput!]!) { createPeople(data: $people) { id } }",
+        {
+            "people": [
+                {"firstName": "Ada", "companyId": acme["id"]},
+                {"firstName": "Bob"},
+                {"firstName": "Cy", "companyId": gone["id"]},
+            ]
+        },
+    )["createPeople"]
+    api.data("mutation($id: UUID!) { deleteCompany(id: $id) { id } }", {"id": gone["id"]})
+    query = (
+        "{ people(orderBy: {firstName: ASC}) { edges { node { firstName company { name } } } } }"
+    )
+    nodes = [edge["node"] for edge in api.data(query)["people"]["edges"]]
+    assert nodes == [
+        {"firstName": "Ada", "company": {"name": "Acme"}},
+        {"firstName": "Bob", "company": None},
+        {"firstName": "Cy", "company": None},
+    ]
+    one = "query($id: UUID!) { person(id: $id) { firstName company { name } } }"
+    assert api.data(one, {"id": people[0]["id"]})["person"]["company"] == {"name": "Acme"}
+
+    role = api.data(
+        """mutation { createRole(input: {name: "People readers",
+             permissions: [{object: "person", actions: [READ]}]}) { id } }"""
+    )["createRole"]
+    token = api.data(
+        'mutation($r: UUID) { createApiKey(input: {name: "people", roleId: $r}) { token } }',
+        {"r": role["id"]},
+    )["createApiKey"]["token"]
+    response = api.http.post(
+        "/graphql", json={"query": query}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    edges = body["data"]["people"]["edges"]
+    assert [edge["node"]["firstName"] for edge in edges] == ["Ada", "Bob", "Cy"]
+    assert [edge["node"]["company"] for edge in edges] == [None, None, None]
+    assert body["errors"], body
+    assert {tuple(error["path"]) for error in body["errors"]} <= {
+        ("people", "edges", 0, "node", "company"),
+        ("people", "edges", 2, "node", "company"),
+    }
+    assert body["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+
+
 def test_introspection_describes_the_workspace(api: Api) -> None:
     data = api.data(
         """{ __schema { queryType { fields { name } } mutationType { fields { name } } }

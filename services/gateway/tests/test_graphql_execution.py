@@ -281,7 +281,10 @@ NOT_DIRECT = (
         "query($on: Boolean!) { people { edges { node { id firstName @include(if: $on) } } } }",
         {"on": True},
     ),
-    ("{ people { edges { node { id company { name } } } } }", None),
+    (
+        "{ people { edges { node { id company { name people { edges { node { id } } } } } } } }",
+        None,
+    ),
     ("{ people { edges { node { id } } } __typename }", None),
     ("{ a: people { edges { node { id } } } b: people(first: 1) { edges { node { id } } } }", None),
     ("{ peopleAggregate { count } }", None),
@@ -403,6 +406,83 @@ async def test_direct_path_falls_back_on_a_page_its_plan_cannot_answer(
         assert ours == theirs, query
         assert our_calls == their_calls * 2
         assert orjson.loads(ours)["errors"]
+
+
+COMPANY = "cccccccc-cccc-cccc-cccc-cccccccccccc"
+RELATED = (
+    "{ people { edges { node { id firstName company { id name __typename } } } } }",
+    f'{{ person(id: "{PERSON}") {{ id employer: company {{ name }} }} }}',
+)
+NESTED_ROWS: list[dict[str, Any]] = [
+    {**PEOPLE_ROWS[0], "companyId": COMPANY, "company": {"id": COMPANY, "name": "Acme"}},
+    {**PEOPLE_ROWS[1], "companyId": None, "company": None},
+    PEOPLE_ROWS[2],  # neither a foreign key nor a nested record
+]
+
+
+async def _graphql_core_answer(
+    fakes: Any, schema_parts: Any, query: str
+) -> tuple[bytes, list[Any]]:
+    """The body and records calls of graphql-core's own execution (no plans, no direct path)."""
+    schema = await _workspace_schema(fakes, schema_parts)
+    model = await fakes.state.models.get(fakes.principal)
+    fakes.records.calls.clear()
+    context = GraphQLContext(None, fakes.state, fakes.principal, model=model)  # type: ignore[arg-type]
+    ours = schema.execution_context_class
+    schema.execution_context_class = StrawberryGraphQLCoreExecutionContext
+    try:
+        result = await strawberry.Schema.execute(schema, query, context_value=context)
+    finally:
+        schema.execution_context_class = ours
+    return bytes(graphql_response(result, query).body), list(fakes.records.calls)
+
+
+async def test_a_nested_many_to_one_relation_is_answered_by_the_direct_path(
+    fakes: Any, schema_parts: Any
+) -> None:
+    """`company { ... }` below a list or a get is read from the record the records service
+    nested (depth 1): one call, the answer graphql-core's own execution gives, and null where
+    the person has no company."""
+    fakes.records.responses["ListRecords"] = _page_of(NESTED_ROWS)
+    fakes.records.responses["GetRecord"] = lambda request: _record_of(NESTED_ROWS[0])
+    schema = await _workspace_schema(fakes, schema_parts)
+    for query in RELATED:
+        assert _direct(query, None, schema), query
+        ours, theirs, our_calls, their_calls = await _both(fakes, schema_parts, query, None)
+        core, core_calls = await _graphql_core_answer(fakes, schema_parts, query)
+        assert ours == theirs == core, query
+        assert our_calls == their_calls == core_calls, query
+        assert [request.depth for _, request in our_calls] == [1], query
+    body = orjson.loads((await _both(fakes, schema_parts, RELATED[0], None))[0])
+    assert "errors" not in body
+    nodes = [edge["node"] for edge in body["data"]["people"]["edges"]]
+    assert [node["company"] for node in nodes] == [
+        {"id": COMPANY, "name": "Acme", "__typename": "Company"},
+        None,
+        None,
+    ]
+
+
+async def test_a_relation_records_did_not_nest_is_loaded_as_before(
+    fakes: Any, schema_parts: Any
+) -> None:
+    """A person whose company was not nested (the company deleted, or not readable) is
+    answered by the normal execution, which loads the company by id as always: the same body
+    as graphql-core's own, after one more list call."""
+    acme = {"id": COMPANY, "name": "Acme"}
+    fakes.records.responses["GetRecordsByIds"] = records_pb2.RecordsResponse(
+        records_json=orjson.dumps([acme])
+    )
+    for dangling in ({"companyId": COMPANY, "company": None}, {"companyId": COMPANY}):
+        rows = [NESTED_ROWS[0], {**PEOPLE_ROWS[1], **dangling}]
+        fakes.records.responses["ListRecords"] = _page_of(rows)
+        ours, _, our_calls, _ = await _both(fakes, schema_parts, RELATED[0], None)
+        core, core_calls = await _graphql_core_answer(fakes, schema_parts, RELATED[0])
+        assert ours == core, dangling
+        assert [name for name, _ in core_calls] == ["ListRecords", "GetRecordsByIds"]
+        assert [name for name, _ in our_calls] == ["ListRecords", *[n for n, _ in core_calls]]
+        edges = orjson.loads(ours)["data"]["people"]["edges"]
+        assert edges[1]["node"]["company"]["name"] == "Acme"
 
 
 async def test_a_direct_write_is_sent_once_and_completed_by_graphql_core_when_its_plan_cannot(

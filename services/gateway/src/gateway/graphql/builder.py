@@ -38,6 +38,7 @@ from gateway.datamodel.model import (
 )
 from gateway.graphql import history
 from gateway.graphql.documents import DocumentCache
+from gateway.graphql.execution import NESTED_RELATION
 from gateway.graphql.page_info import PageInfo
 from gateway.graphql.parts import GeneratedTypes, SchemaPart
 from gateway.graphql.records import RecordOperations, resolve_many_to_one, resolve_one_to_many
@@ -285,6 +286,8 @@ class SchemaBuilder:
                 attributes[python_name(f.name)] = strawberry.field(
                     name=f.name,
                     description=description,
+                    # What resolve_many_to_one reads first, so plans read it without it.
+                    metadata={NESTED_RELATION: (f.name, f.foreign_key)},
                     resolver=_resolver(
                         _many_to_one(f),
                         f"resolve_{f.name}",

@@ -43,8 +43,6 @@ from graphql import (
     FragmentDefinitionNode,
     GraphQLError,
     GraphQLField,
-    GraphQLNonNull,
-    GraphQLObjectType,
     GraphQLSchema,
     Node,
     OperationDefinitionNode,
@@ -233,14 +231,10 @@ def compile_operation(
     operations, kind, strawberry_field = resolver
     if (kind in _READS) != is_query:
         return _NOT_DIRECT
-    field_type = field_def.type
-    non_null = isinstance(field_type, GraphQLNonNull)
-    named = field_type.of_type if non_null else field_type
-    if not isinstance(named, GraphQLObjectType):
+    planned = executor.object_field_plan(field_def, details)
+    if planned is None:
         return _NOT_DIRECT
-    plan = executor.subfields_plan(named, details)
-    if plan is None:
-        return _NOT_DIRECT
+    non_null, plan = planned
     fragments = {
         definition.name.value: definition
         for definition in document.definitions

@@ -8,11 +8,15 @@ completion per object and list item. Here a selection set whose every field is p
 once per request into a plan (fields read with their own default resolver, scalars coerced by
 their own type, objects and lists of objects below them compiled the same way, `__typename`
 answered by the type), and each object of that shape is answered by running the plan: a page's
-connection, its edges and their nodes in one pass. A field of a mixed object is still answered
-directly when it is a plain scalar. Anything else (a relation, a field with arguments or with a
-directive other than @include/@skip, an abstract type, a type with `is_type_of`, nested lists,
-field middleware) takes graphql-core's own path, and so does any object where a plan meets a
-value it cannot answer as graphql-core would (a null in a non-null field, a value a scalar
+connection, its edges and their nodes in one pass. A many-to-one relation (`company` of a person)
+is plain too where its field is marked NESTED_RELATION: the plan reads the related record the
+records service nested in the parent (asked for depth 1), or answers null when the parent has no
+foreign key, as `records.resolve_many_to_one` does; a related record that was not nested (its
+resolver would load it) makes the object not plain. A field of a mixed object is still answered
+directly when it is a plain scalar. Anything else (a one-to-many relation, a field with arguments
+or with a directive other than @include/@skip, an abstract type, a type with `is_type_of`, nested
+lists, field middleware) takes graphql-core's own path, and so does any object where a plan meets
+a value it cannot answer as graphql-core would (a null in a non-null field, a value a scalar
 refuses, an error or awaitable as a value): graphql-core then completes that object again
 from its source, and reports the errors (docs/decisions.md, GraphQL execution of plain fields).
 gateway.graphql.direct runs the same plans (`run_plan`) without graphql-core for the common
@@ -45,6 +49,9 @@ _DATA_TYPES = frozenset({str, int, float, bool, dict, list})
 NOT_PLAIN = object()  # the field or object needs graphql-core's own path
 _SELECTION_DIRECTIVES = frozenset({"include", "skip"})  # already applied when fields are collected
 _BASIC_RESOLVER = "_get_basic_result"  # Strawberry's resolver of a basic field
+# The key of a many-to-one relation field's Strawberry metadata: (the key of the related record
+# nested in the parent, the key of the parent's foreign key); set by gateway.graphql.builder.
+NESTED_RELATION = "crm.nested_relation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,9 @@ class _Field:
     item_non_null: bool
     coerce: Callable[[Any], Any] | None  # a scalar's (or list of scalars'); None: an object
     plan: tuple[_Field, ...] | None  # the object's (or list items') selection set
+    # A nested many-to-one relation (`resolve` is None, `item` the nested record's key): the
+    # parent's foreign key, whose value without a nested record means the resolver must load it.
+    foreign_key: str | None = None
 
 
 Plan = tuple[_Field, ...]
@@ -88,6 +98,36 @@ def _basic_resolver(parent_type: GraphQLObjectType, name: str) -> Any:
     return field_def
 
 
+def _nested_relation(field_def: Any) -> tuple[str, str] | None:
+    """The nested record's key and the foreign key of a many-to-one relation field whose value
+    a plan may read from its parent (marked NESTED_RELATION, no permission classes or field
+    extensions to run); None for any other field."""
+    strawberry_field = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if strawberry_field is None or strawberry_field.extensions:
+        return None
+    if strawberry_field.permission_classes or strawberry_field.directives:
+        return None
+    marker = (strawberry_field.metadata or {}).get(NESTED_RELATION)
+    if not isinstance(marker, tuple) or len(marker) != 2:
+        return None
+    nested, foreign_key = marker
+    if not (isinstance(nested, str) and isinstance(foreign_key, str)):
+        return None
+    return nested, foreign_key
+
+
+def _nested_record(field: _Field, source: Any) -> Any:
+    """The related record of a nested relation field: the one nested in `source`, None where
+    `source` has no foreign key (as the field's resolver answers), NOT_PLAIN where the resolver
+    would load it (not nested: not asked for, or refused)."""
+    if type(source) is not dict:
+        return NOT_PLAIN
+    nested = source.get(field.item)
+    if type(nested) is dict:
+        return nested
+    return NOT_PLAIN if source.get(field.foreign_key) else None
+
+
 def run_plan(plan: Plan, source: Any) -> Any:
     """The object `source` answered by `plan`, or NOT_PLAIN (graphql-core's path must answer
     it)."""
@@ -96,7 +136,20 @@ def run_plan(plan: Plan, source: Any) -> Any:
     for field in plan:
         resolve = field.resolve
         if resolve is None:
-            result[field.key] = field.typename
+            if field.foreign_key is None:
+                result[field.key] = field.typename
+                continue
+            related = _nested_record(field, source)
+            if related is NOT_PLAIN or (related is None and field.non_null):
+                return NOT_PLAIN
+            if related is None:
+                result[field.key] = None
+                continue
+            assert field.plan is not None
+            done = run_plan(field.plan, related)
+            if done is NOT_PLAIN:
+                return NOT_PLAIN
+            result[field.key] = done
             continue
         if is_dict and field.item is not None:
             value = source.get(field.item)
@@ -185,7 +238,11 @@ class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
                 continue
             field_def = _basic_resolver(parent_type, name)
             if field_def is None:
-                return None
+                field = self._compile_relation(key, parent_type.fields.get(name), details)
+                if field is None:
+                    return None
+                fields.append(field)
+                continue
             field = self._compile_field(key, field_def, details)
             if field is None:
                 return None
@@ -215,6 +272,30 @@ class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
         if plan is None:
             return None
         return _Field(key, resolve, item, "", non_null, is_list, item_non_null, None, plan)
+
+    def _compile_relation(self, key: str, field_def: Any, details: Any) -> _Field | None:
+        """A many-to-one relation field answered from the record nested in its parent, when
+        it is marked so and the related type's selection set is plain; None otherwise."""
+        relation = None if field_def is None else _nested_relation(field_def)
+        if relation is None:
+            return None
+        nested, foreign_key = relation
+        planned = self.object_field_plan(field_def, details)
+        if planned is None:
+            return None
+        non_null, plan = planned
+        return _Field(key, None, nested, "", non_null, False, False, None, plan, foreign_key)
+
+    def object_field_plan(self, field_def: Any, details: Any) -> tuple[bool, Plan] | None:
+        """Whether a field of an object type (or a non-null one) is non-null, and the plan of
+        its selection set; None when the type is another or the selection is not plain."""
+        field_type = field_def.type
+        non_null = isinstance(field_type, GraphQLNonNull)
+        named = field_type.of_type if non_null else field_type
+        if not isinstance(named, GraphQLObjectType):
+            return None
+        plan = self.subfields_plan(named, details)
+        return None if plan is None else (non_null, plan)
 
     def subfields_plan(
         self, return_type: GraphQLObjectType, field_details_list: Any
