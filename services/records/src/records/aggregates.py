@@ -198,7 +198,7 @@ async def duplicates(
         cursor = ordering.decode_cursor(order, request.after, "after")
         where.append(ordering.keyset_predicate(order, "t", cursor, params))
     sql = (
-        f"SELECT ({obj.json_expression('t', names)})::text, t.id FROM "
+        f"SELECT {obj.json_text('t', names)}, t.id FROM "
         f"(SELECT t.* FROM {obj.table} t WHERE {joined(where)} ORDER BY t.id "
         f"LIMIT {int(size) + 1}) t ORDER BY t.id"
     )

@@ -23,7 +23,13 @@ from crmkit.authz import Access
 from crmkit.errors import InvalidArgument
 from records import ordering, reads
 from records.context import RequestContext
-from records.model import FieldModel, ObjectModel, build_json_object, value_expression
+from records.model import (
+    FieldModel,
+    ObjectModel,
+    build_json_object,
+    build_json_text,
+    value_expression,
+)
 from records.predicates import owner_predicate
 from records.sql import Params, quote
 
@@ -94,7 +100,7 @@ def build_query(
         for index, link in enumerate(related):
             inner = f"r{index}"
             pairs.append((link.relation.name, _related_select(link, inner, params, json=True)))
-        columns = [f"({build_json_object(pairs)})::text"]
+        columns = [build_json_text(pairs)]
         header: list[str] = []
     else:
         columns, header = [], []

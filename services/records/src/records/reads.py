@@ -11,7 +11,7 @@ from crmkit.authz import Access
 from crmkit.errors import InvalidArgument, NotFound
 from records import counts, ordering, values
 from records.context import RequestContext
-from records.model import ObjectModel, build_json_object, value_expression
+from records.model import ObjectModel, build_json_text, value_expression
 from records.predicates import PredicateCompiler, owner_predicate, references_field
 from records.sql import Params, quote
 
@@ -52,9 +52,10 @@ def record_expression(
     depth: int,
     params: Params,
 ) -> str:
-    """SQL for the record JSON of row `alias`, with relations nested down to `depth`."""
+    """SQL for the record JSON text of row `alias`, with relations nested down to `depth` (the
+    nested records as json values)."""
     if depth == 0:
-        return obj.json_expression(alias, names)
+        return obj.json_text(alias, names)
     wanted = set(names)
     chosen = [
         item
@@ -98,7 +99,7 @@ def record_expression(
                     f"{scope} ORDER BY {inner}.id LIMIT {RELATED_PAGE}) x)",
                 )
             )
-    return build_json_object(pairs)
+    return build_json_text(pairs)
 
 
 def _scope_sql(alias: str, access: Access, params: Params) -> str:
@@ -161,7 +162,7 @@ async def get_record(
     expression = record_expression(ctx, obj, "t", names, depth, params)
     where = [f"t.id = {params.add(parse_id(record_id), 'uuid')}"]
     where += where_clause(ctx, obj, "t", access, params, scope=scope)
-    sql = f"SELECT ({expression})::text FROM {obj.table} t WHERE {joined(where)}"
+    sql = f"SELECT {expression} FROM {obj.table} t WHERE {joined(where)}"
     found: str | None = await connection.fetchval(sql, *params.values)
     if found is None:
         raise NotFound(f"{obj.name_singular} {record_id} not found", field="id")
@@ -181,10 +182,10 @@ async def get_by_ids(
         raise InvalidArgument(f"at most {MAX_IDS} ids per call", field="ids")
     wanted = [parse_id(value, f"ids[{i}]") for i, value in enumerate(ids)]
     params = Params()
-    expression = obj.json_expression("t", names)
+    expression = obj.json_text("t", names)
     where = [f"t.id = ANY({params.add(wanted, 'uuid[]')})"]
     where += where_clause(ctx, obj, "t", access, params, scope=scope)
-    sql = f"SELECT ({expression})::text FROM {obj.table} t WHERE {joined(where)}"
+    sql = f"SELECT {expression} FROM {obj.table} t WHERE {joined(where)}"
     rows = await connection.fetch(sql, *params.values)
     return json_array(row[0] for row in rows)
 
@@ -244,10 +245,7 @@ async def list_records(
     page = scans[0]
     if len(scans) > 1:
         page = "SELECT t.* FROM (" + " UNION ALL ".join(f"({s})" for s in scans) + f") t {limit}"
-    sql = (
-        f"SELECT ({expression})::text, {key_columns} FROM ({page}) t "
-        f"ORDER BY {query_order.sql('t')}"
-    )
+    sql = f"SELECT {expression}, {key_columns} FROM ({page}) t ORDER BY {query_order.sql('t')}"
     rows = list(await connection.fetch(sql, *params.values))
     more = len(rows) > size
     rows = rows[:size]
@@ -303,7 +301,7 @@ async def list_related(
     key_columns = ", ".join(f"{key} AS k{i}" for i, key in enumerate(order.key_sql("t")))
     sql = (
         f"SELECT p.id::text, x.* FROM unnest({parent_list}) AS p(id) CROSS JOIN LATERAL "
-        f"(SELECT ({obj.json_expression('t', names)})::text AS j, {key_columns} "
+        f"(SELECT {obj.json_text('t', names)} AS j, {key_columns} "
         f"FROM {obj.table} t WHERE {joined(where)} ORDER BY {order.sql('t')} "
         f"LIMIT {int(size) + 1}) x"
     )

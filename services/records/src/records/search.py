@@ -197,7 +197,7 @@ class _Statement:
         # worked out once per candidate (the LIMIT keeps that subquery from being flattened).
         return (
             f"SELECT {name} AS o, x.id, x.{_SCORE} AS score, "
-            f"({obj.json_expression('x')})::text AS j FROM ("
+            f"{obj.json_text('x')} AS j FROM ("
             f"SELECT c.*, {score} AS {_SCORE} FROM ("
             f"SELECT t.*, {term_scores} FROM {obj.table} t WHERE {' AND '.join(where)} "
             f"LIMIT {candidates}) c WHERE {' AND '.join(ranked) or 'TRUE'} "
