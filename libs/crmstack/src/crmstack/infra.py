@@ -22,7 +22,7 @@ from pathlib import Path
 
 import asyncpg
 
-from crmstack.ports import free_port, wait_for_port
+from crmstack.ports import free_port, release_port, wait_for_port
 from crmstack.processes import ManagedProcess, drop_privileges, say, spawn, stop_together
 from crmstack.state import start_time
 
@@ -76,6 +76,8 @@ class Infrastructure:
     def stop(self) -> None:
         # Together: each takes ~0.2-1 s (PostgreSQL's fast shutdown writes a checkpoint).
         stop_together((server.process for server in self.servers.values()), grace=15)
+        for server in self.servers.values():
+            release_port(server.port)
 
 
 def _ensure_system_user(name: str) -> pwd.struct_passwd:

@@ -19,7 +19,7 @@ import orjson
 
 from crmstack.backoff import RestartBackoff
 from crmstack.infra import InfraError, Infrastructure, running_postmaster, start_infrastructure
-from crmstack.ports import free_port, port_is_free, wait_for_port
+from crmstack.ports import free_port, port_is_free, release_port, wait_for_port
 from crmstack.processes import ManagedProcess, say, spawn, stop_together
 from crmstack.state import (
     LauncherLock,
@@ -215,6 +215,10 @@ class Stack:
         )
         if self.infra is not None:
             self.infra.stop()
+        for instances in self.instances.values():
+            for instance in instances:
+                release_port(instance.port)
+                release_port(instance.metrics_port)
         if self._claim.held:  # never another launcher's file
             remove_state(self.config.data_dir)
             self._claim.release()
