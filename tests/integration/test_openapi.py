@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import jsonschema
+import jsonschema_rs
 import pytest
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
@@ -51,7 +52,8 @@ def api(client: httpx.Client) -> Api:
 def test_document_is_valid_openapi_31_with_custom_objects(api: Api) -> None:
     document: dict[str, Any] = api.ok("GET", "/rest/open-api")
     assert document["openapi"] == "3.1.0"
-    errors = sorted(jsonschema.Draft202012Validator(OPENAPI_31).iter_errors(document), key=str)
+    # The Rust validator: jsonschema's took 47 s on a 0.9 MB document ($dynamicRef).
+    errors = sorted(jsonschema_rs.Draft202012Validator(OPENAPI_31).iter_errors(document), key=str)
     assert not errors, errors[:3]
     for name, schema in document["components"]["schemas"].items():
         jsonschema.Draft202012Validator.check_schema(schema), name

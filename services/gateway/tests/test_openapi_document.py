@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jsonschema
+import jsonschema_rs
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from gateway.datamodel.model import DataModel
@@ -11,7 +12,8 @@ from gateway.rest.openapi import build_document
 
 def test_document_is_valid_openapi_31(model: DataModel) -> None:
     document = build_document(model)
-    errors = list(jsonschema.Draft202012Validator(OPENAPI_31).iter_errors(document))
+    # The Rust validator: jsonschema's took 47 s on a 0.9 MB document ($dynamicRef).
+    errors = list(jsonschema_rs.Draft202012Validator(OPENAPI_31).iter_errors(document))
     assert not errors, errors[:3]
     for schema in document["components"]["schemas"].values():
         jsonschema.Draft202012Validator.check_schema(schema)
