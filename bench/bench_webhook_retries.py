@@ -83,7 +83,7 @@ async def run(ctx: BenchContext) -> list[Result]:
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     rate = 100.0 if ctx.smoke else 200.0
-    seconds = 10.0 if ctx.smoke else 30.0
+    seconds = 3.0 if ctx.smoke else 30.0
     total = int(rate * seconds)
     subjects = total // SUBJECT_EVERY
     try:
