@@ -11,6 +11,7 @@ before the server it is meant for binds it:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -38,7 +39,11 @@ def _picking_range() -> range:
 
 def _claim_folder() -> Path:
     folder = Path(tempfile.gettempdir()) / "crmstack-ports"
-    folder.mkdir(mode=0o1777, exist_ok=True)
+    if not folder.is_dir():
+        folder.mkdir(exist_ok=True)
+        # Shared by every user's launchers, like /tmp itself (mkdir's mode is cut by the umask).
+        with contextlib.suppress(OSError):
+            folder.chmod(0o1777)
     return folder
 
 
@@ -48,7 +53,7 @@ def _claim(port: int) -> bool:
         return False
     path = _claim_folder() / str(port)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # flock needs no write access
     except OSError:
         return False
     try:
