@@ -51,7 +51,10 @@ SELECT gen_random_uuid(), $1::uuid, 'person', $2::uuid, r.id,
        CASE WHEN r.g % 2 = 0 THEN '{}'::text[] ELSE ARRAY['lastName'] END, 'user'
 FROM (SELECT g, gen_random_uuid() AS id FROM generate_series(0, $3 - 1) g) r
 """
-_PENDING = "SELECT count(*) FROM records.outbox WHERE published_at IS NULL"
+# Whether any row is unpublished: the first live entry of the relay's partial index. A count
+# walks every unpublished row (9 ms a poll at the start of a 20,000-row drain, the largest share
+# of PostgreSQL's CPU in the run it measured); this reads past the rows marked since the last poll.
+_PENDING = "SELECT EXISTS (SELECT 1 FROM records.outbox WHERE published_at IS NULL)"
 
 
 async def write_backlog(connection: Any, count: int, workspace_id: str = "") -> None:
@@ -111,9 +114,10 @@ async def run(ctx: BenchContext) -> list[Result]:
         await connection.close()
     row = _row("relay: outbox backlog -> JetStream, in the stack", count, seconds)
     if used:
-        parts = [part for part in ("records", "postgres", "nats") if part in used]
+        # Every process: the consumers (webhooks, workflows, the gateway's feed) share the cores.
+        parts = sorted((part for part in used if used[part] > 0), key=lambda p: -used[p])
         row.cpu_ms_per_request = {part: round(used[part] * 1000 / count, 4) for part in parts}
-        row.notes += "; CPU us/event (the relay's records process, PostgreSQL, NATS): " + ", ".join(
+        row.notes += "; CPU us/event (records runs the relay): " + ", ".join(
             f"{part} {used[part] * 1e6 / count:.0f}" for part in parts
         )
     return [row]

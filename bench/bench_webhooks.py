@@ -31,6 +31,7 @@ from bench.benchlib import (
     CREATE_WEBHOOK,
     BenchContext,
     Result,
+    TreeCpu,
     client_session,
     graphql_data,
     main_on_own_stack,
@@ -104,7 +105,11 @@ async def _create_webhook(http: aiohttp.ClientSession, headers: dict[str, str], 
 
 
 async def _throughput(
-    http: aiohttp.ClientSession, headers: dict[str, str], receiver: Receiver, events: int
+    http: aiohttp.ClientSession,
+    headers: dict[str, str],
+    receiver: Receiver,
+    events: int,
+    meter: TreeCpu,
 ) -> Result:
     await receiver.reset(http)
     batch = 500
@@ -122,14 +127,19 @@ async def _throughput(
                 await response.read()
 
     started = time.time()
+    meter.start()
     await asyncio.gather(*(writer() for _ in range(writers)))
     results = await receiver.wait_for(http, events, timeout=300)
+    used = meter.seconds()
     arrived = [event[2] for event in results["events"]]
     delays = [event[1] for event in results["events"]]
     first_commit = min(at - delay / 1000 for _, delay, at in results["events"]) if arrived else 0
     seconds = (max(arrived) - first_commit) if arrived else time.time() - started
     count = results["count"]
     rate = count / seconds if seconds > 0 else 0.0
+    # Every process of the chain, the verifying receiver included: what a delivery costs.
+    parts = sorted((part for part in used if used[part] > 0), key=lambda p: -used[p])
+    cpu = ", ".join(f"{part} {used[part] * 1e6 / max(count, 1):.0f}" for part in parts)
     return Result(
         operation="webhook: commit -> receiver, sustained",
         concurrency=writers,
@@ -140,7 +150,8 @@ async def _throughput(
         budget=f">= {THROUGHPUT_BUDGET:.0f} deliveries/s",
         passed=count == events and rate >= THROUGHPUT_BUDGET,
         notes=f"{count}/{events} delivered, {results['rejected']} rejected; "
-        f"batches of {batch} via REST; delays include queueing",
+        f"batches of {batch} via REST; delays include queueing; CPU us/delivery: {cpu}",
+        cpu_ms_per_request={part: round(used[part] * 1000 / max(count, 1), 4) for part in parts},
     )
 
 
@@ -192,7 +203,8 @@ async def run(ctx: BenchContext) -> list[Result]:
             latency_seconds = 1.0 if ctx.smoke else 30.0
             # Latency first, on a quiet pipeline; then the sustained load.
             latency = await _latency(http, headers, receiver, latency_seconds)
-            throughput = await _throughput(http, headers, receiver, events)
+            meter = TreeCpu({**ctx.process_pids, "receiver": [receiver.process.pid]})
+            throughput = await _throughput(http, headers, receiver, events, meter)
             return [throughput, latency]
         finally:
             receiver.stop()
