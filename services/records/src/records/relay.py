@@ -156,9 +156,17 @@ class OutboxRelay:
     async def _connect(self, name: str) -> Any:
         return await asyncpg.connect(
             self._settings.DATABASE_URL,
-            # A mark lost in a database crash only republishes rows (deduped): no need to wait
-            # for the WAL flush.
-            server_settings={"application_name": name, "synchronous_commit": "off"},
+            server_settings={
+                "application_name": name,
+                # A mark lost in a database crash only republishes rows (deduped): no need to
+                # wait for the WAL flush.
+                "synchronous_commit": "off",
+                # Each statement planned for its own batch, never from a generic plan cached
+                # while the outbox looked empty: that plan marked 1,000 rows by a sequential scan
+                # comparing every row with every id (166-294 ms a batch at 42,000 rows, the
+                # relay at 2,600-3,400 events/s); planned with the ids, an index scan (9 ms).
+                "plan_cache_mode": "force_custom_plan",
+            },
         )
 
     async def _lead(self, connection: Any) -> None:
