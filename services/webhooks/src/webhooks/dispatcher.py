@@ -19,10 +19,15 @@ until the next retry (or lease end) falls due, and the process wakes it when it 
 Concurrency is bounded twice: WEBHOOK_MAX_CONCURRENCY attempts in the process, and
 WEBHOOK_MAX_CONCURRENCY_PER_TARGET (P) per target (scheme://host:port), whose slots go to the
 two kinds in turn (`webhooks.slots`). To spare a database round trip per attempt, a target may
-hold up to 2P claimed deliveries of each kind: P running and P queued in the process; it is
-claimed for again once it is down to P. A claim asks only for targets with room, so a slow or
-dead endpoint holds at most its own rows and P running slots while the others' deliveries keep
-flowing; every attempt ends within WEBHOOK_TIMEOUT.
+hold up to two waves of claimed deliveries of each kind (P running, the rest queued in the
+process); it is claimed for again once it is down to one wave. A wave is the process's room of a
+kind (2 x WEBHOOK_MAX_CONCURRENCY) shared among the targets holding rows of it and one more,
+halved, and never less than P (`Dispatcher.wave`): one busy target is claimed for 32 rows at a
+time with the defaults, eight or more busy targets P at a time, so the process's bounds (rows
+held, leases, memory) stay as they are while a lone busy target costs a quarter of the claims.
+A claim asks only for targets with room, so a slow or dead endpoint holds at most its own rows
+and P running slots while the others' deliveries keep flowing; every attempt ends within
+WEBHOOK_TIMEOUT.
 
 Before anything is read or sent, an attempt checks that the webhook's author (who last saved it)
 may still READ every record of the event's object, with the author's current access from
@@ -84,8 +89,9 @@ _PRUNE_CHUNK = 1000
 LOST_ATTEMPT = "no outcome recorded: the deliverer stopped during this attempt"
 
 # $1..$3 what this process holds per target (first attempts, retries), $4/$5 targets with a full
-# wave queued of each kind, $6/$7 rows of each kind to take, $8 P, $9 lease seconds, $10 the
-# lease, $11 the error logged for an attempt whose lease ran out, $12 candidates per row taken.
+# wave queued of each kind, $6/$7 rows of each kind to take, $8/$13 the wave of each kind (a
+# target holds up to two), $9 lease seconds, $10 the lease, $11 the error logged for an attempt
+# whose lease ran out, $12 candidates per row taken.
 # Candidates are read without locks and only the chosen rows are locked (SKIP LOCKED) and
 # rechecked: locking every candidate wrote a lock to rows that were not taken, most of them when
 # one busy target fills the due queue.
@@ -115,7 +121,7 @@ WITH room AS (
 ), fitting AS (
     SELECT id, next_attempt_at, retry,
            row_number() OVER (PARTITION BY retry ORDER BY next_attempt_at, id) AS taken
-    FROM ranked WHERE position <= 2 * $8::int
+    FROM ranked WHERE position <= 2 * CASE WHEN retry THEN $13::int ELSE $8::int END
 ), chosen AS (
     SELECT id, next_attempt_at AS due FROM fitting
     WHERE taken <= CASE WHEN retry THEN $7::int ELSE $6::int END
@@ -241,13 +247,13 @@ class Claimed:
 
 @dataclass(frozen=True)
 class Room:
-    """What a claim may take of one kind: `total` rows in all, each target up to 2 x
-    `per_target` counting the `held` ones, each row leased by `lease` for `lease_seconds`."""
+    """What a claim may take of one kind: `total` rows in all, each target up to 2 x `wave`
+    counting the `held` ones, each row leased by `lease` for `lease_seconds`."""
 
     lease: uuid.UUID
     total: int
     held: dict[str, int]
-    per_target: int
+    wave: int
     lease_seconds: float
 
 
@@ -316,7 +322,10 @@ class Dispatcher:
             # rounds, at most a second apart, find rows others left due).
             key = (target, Kind.FIRST)
             self._drained[key] = target not in left_due and self._drained.get(key, True)
-        if left_due:
+        # A claim now would leave out a target with a full wave queued, after reading past every
+        # due row of it (its backlog, however long): the end of its attempts wakes us instead.
+        held, wave = self._held[Kind.FIRST], self.wave(Kind.FIRST)
+        if any(held[target] <= wave for target in left_due):
             self._wake.set()
 
     def _room(self, kind: Kind) -> Room:
@@ -325,9 +334,15 @@ class Dispatcher:
             lease=self._lease,
             total=self._max_claimed - sum(held.values()),
             held=dict(held),
-            per_target=self._per_target,
+            wave=self.wave(kind),
             lease_seconds=self._lease_seconds,
         )
+
+    def wave(self, kind: Kind) -> int:
+        """Rows of `kind` a target is claimed for at a time (it holds up to two waves): the
+        process's room shared among the targets holding rows and one more, halved; at least P."""
+        targets = max(len(self._held[kind]), 1) + 1
+        return max(self._per_target, self._max_claimed // (2 * targets))
 
     async def run(self) -> None:
         helpers = [
@@ -381,16 +396,17 @@ class Dispatcher:
             targets,
             [first.held.get(target, 0) for target in targets],
             [retry.held.get(target, 0) for target in targets],
-            # A target with more than P claimed of a kind still has a full wave of it queued.
-            [target for target, count in first.held.items() if count > self._per_target],
-            [target for target, count in retry.held.items() if count > self._per_target],
+            # A target with more than a wave claimed of a kind still has a full wave of it queued.
+            [target for target, count in first.held.items() if count > first.wave],
+            [target for target, count in retry.held.items() if count > retry.wave],
             max(first.total, 0),
             max(retry.total, 0),
-            self._per_target,
+            first.wave,
             self._lease_seconds,
             self._lease,
             LOST_ATTEMPT,
             _CANDIDATE_FACTOR,
+            retry.wave,
         )
         return [Claimed(*tuple(row)[:-1], lease=self._lease) for row in rows]  # type: ignore[misc]
 
@@ -409,9 +425,9 @@ class Dispatcher:
                 continue
             got = Counter(delivery.target_origin for delivery in mine)
             for target in set(room.held) | set(got):
-                if room.held.get(target, 0) > self._per_target:
+                if room.held.get(target, 0) > room.wave:
                     continue  # skipped by this claim: nothing learnt
-                self._drained[(target, kind)] = got[target] < 2 * self._per_target - room.held.get(
+                self._drained[(target, kind)] = got[target] < 2 * room.wave - room.held.get(
                     target, 0
                 )
         return full
@@ -455,7 +471,7 @@ class Dispatcher:
                 del self._target_slots[target]
         # Claim again once this target is down to one wave of the kind, unless its last claim
         # found no more due rows (new rows wake us themselves), or when the process limit frees.
-        if (left <= self._per_target and not self._drained.get((target, kind), False)) or sum(
+        if (left <= self.wave(kind) and not self._drained.get((target, kind), False)) or sum(
             held.values()
         ) == self._max_claimed - 1:
             self._wake.set()

@@ -317,7 +317,7 @@ def _room_args(room: Room) -> tuple[Any, ...]:
         list(room.held),
         list(room.held.values()),
         room.total,
-        room.per_target,
+        room.wave,
         room.lease_seconds,
         room.lease,
     )
