@@ -200,6 +200,33 @@ def test_a_backlog_beyond_the_relays_pipeline_flows_in_order_per_record(
     wait_until(lambda: unpublished(local_stack, ws.id) == 0, 60, "outbox rows not marked")
 
 
+def test_the_pending_gauge_reports_a_backlog_beyond_the_rows_it_counts(
+    ws: Workspace, local_stack: Stack
+) -> None:
+    """The relay counts waiting rows up to 10,000 and reports a longer backlog by the span of its
+    sequences (docs/events.md), so the gauge never reads fewer rows than wait."""
+    port = local_stack.instances["records"][0].metrics_port
+    waiting = 10_050
+    local_stack.stop_infra("nats")
+    try:
+        for start in range(0, waiting, 1000):
+            count = min(1000, waiting - start)
+            ws.create_many("person", [{"firstName": f"g{start + i}"} for i in range(count)])
+        assert unpublished(local_stack, ws.id) == waiting
+        wait_until(
+            lambda: (metric(port, "records_outbox_pending") or 0) >= waiting,
+            30,
+            f"pending gauge did not report the {waiting} waiting rows",
+        )
+        assert (metric(port, "records_outbox_relay_lag_seconds") or 0) > 0
+    finally:
+        local_stack.start_infra("nats")
+    wait_until(lambda: unpublished(local_stack, ws.id) == 0, 120, "outbox rows not marked")
+    wait_until(
+        lambda: metric(port, "records_outbox_pending") == 0, 30, "pending gauge did not drop"
+    )
+
+
 def test_the_stream_forgets_event_ids_after_the_configured_duplicate_window(
     ws: Workspace, local_stack: Stack
 ) -> None:

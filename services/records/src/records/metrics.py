@@ -36,12 +36,14 @@ class RecordsMetrics:
             ),
             outbox_pending=Gauge(
                 "records_outbox_pending",
-                "Outbox rows not yet published to JetStream (reported by the active relay).",
+                "Outbox rows not yet published to JetStream (reported by the active relay): "
+                "counted up to 10,000, beyond that the span of their sequences (an upper bound).",
                 registry=registry,
             ),
             relay_lag=Gauge(
                 "records_outbox_relay_lag_seconds",
-                "Age of the oldest unpublished outbox row; 0 when none waits (active relay).",
+                "Age of the next unpublished outbox row (the lowest sequence); 0 when none "
+                "waits (active relay).",
                 registry=registry,
             ),
             published=Counter(

@@ -93,10 +93,22 @@ def fetch_sql(*, gated: bool, ahead: bool) -> str:
 
 
 _MARK = "UPDATE records.outbox SET published_at = now() WHERE sequence = ANY($1::bigint[])"
-_BACKLOG = (
-    "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(occurred_at)), 0) "
-    "FROM records.outbox WHERE published_at IS NULL"
+# The backlog's gauges from a bounded number of index entries, however long the backlog: the
+# unpublished rows counted up to $1; beyond, the span of sequences from the next unpublished row
+# (the one the relay reads next) to the newest row, an upper bound since the relay publishes in
+# sequence order. A full count with min(occurred_at) read every waiting row every second: 64-88 ms
+# at 500,000 rows, while the relay needs the database most.
+_COUNT_CAP = 10_000
+_BACKLOG = """
+WITH next AS (
+    SELECT sequence, occurred_at FROM records.outbox WHERE published_at IS NULL
+    ORDER BY sequence LIMIT 1
 )
+SELECT (SELECT count(*) FROM (SELECT 1 FROM records.outbox WHERE published_at IS NULL
+                              LIMIT $1) waiting),
+       coalesce((SELECT max(sequence) FROM records.outbox) - (SELECT sequence FROM next) + 1, 0),
+       coalesce(extract(epoch FROM clock_timestamp() - (SELECT occurred_at FROM next)), 0)
+"""
 # Bounded work per round: among the oldest rows by sequence, those published before the cutoff.
 _PRUNE = (
     "DELETE FROM records.outbox WHERE sequence IN (SELECT sequence FROM records.outbox "
@@ -386,8 +398,8 @@ class OutboxRelay:
 
     async def _housekeeping(self, connection: Any) -> None:
         now = time.monotonic()
-        pending, lag = await connection.fetchrow(_BACKLOG)
-        self._metrics.outbox_pending.set(pending)
+        counted, span, lag = await connection.fetchrow(_BACKLOG, _COUNT_CAP + 1)
+        self._metrics.outbox_pending.set(counted if counted <= _COUNT_CAP else span)
         self._metrics.relay_lag.set(float(lag))
         self._metrics.events_gated.set(
             1 if self._gated and await connection.fetchval(GATING) else 0
