@@ -14,7 +14,7 @@ import pytest
 from crmstack.stack import Stack
 from examples.webhook_receiver import Delivery
 from tests.integration import webhooks_client
-from tests.integration.events_client import listen
+from tests.integration.events_client import listen, metric, wait_until
 from tests.integration.webhooks_client import (
     REDELIVER,
     ROTATE,
@@ -281,6 +281,33 @@ def test_a_slow_endpoint_does_not_delay_the_others(hooks: Hooks) -> None:
         hooks.handlers.pop(slow["path"], None)
     hooks.wait_events(slow["path"], 30, timeout=90)
     hooks.gql(UPDATE, {"input": {"id": slow["id"], "isActive": False}})
+
+
+def test_the_pending_gauge_counts_the_deliveries_waiting_for_an_attempt(
+    hooks: Hooks, local_stack: Stack
+) -> None:
+    """First attempts waiting behind a stalled endpoint's slots and those in flight both count."""
+    port = local_stack.instances["webhooks"][0].metrics_port
+    webhook = hooks.create(["person.created"])
+    release = threading.Event()
+
+    def stall(delivery: Delivery) -> int:
+        release.wait(30)
+        return 200
+
+    hooks.handlers[webhook["path"]] = stall
+    try:
+        hooks.ws.create_many("person", [{"firstName": f"q{i}"} for i in range(30)])
+        wait_until(
+            lambda: (metric(port, "webhook_deliveries_pending") or 0) >= 30,
+            30,
+            "the pending gauge did not count the 30 waiting deliveries",
+        )
+    finally:
+        release.set()
+        hooks.handlers.pop(webhook["path"], None)
+    hooks.wait_events(webhook["path"], 30, timeout=90)
+    hooks.gql(UPDATE, {"input": {"id": webhook["id"], "isActive": False}})
 
 
 @pytest.mark.parametrize("flags", ["00", "01"], ids=["unsampled", "sampled"])
