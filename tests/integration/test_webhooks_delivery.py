@@ -5,7 +5,6 @@ the configured delays, redelivery, secret rotation, timeouts and a slow endpoint
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from datetime import datetime
 
@@ -14,12 +13,13 @@ import pytest
 from crmstack.stack import Stack
 from examples.webhook_receiver import Delivery
 from tests.integration import webhooks_client
-from tests.integration.events_client import listen, metric, wait_until
+from tests.integration.events_client import listen, wait_until
 from tests.integration.webhooks_client import (
     REDELIVER,
     ROTATE,
     UPDATE,
     Hooks,
+    deliverer_metric,
     skipped,
     wait_skipped,
 )
@@ -264,21 +264,11 @@ def test_an_attempt_without_answer_in_time_fails_and_is_retried(hooks: Hooks) ->
 def test_a_slow_endpoint_does_not_delay_the_others(hooks: Hooks) -> None:
     slow = hooks.create(["person.created"])
     fast = hooks.create(["person.created"])
-    release = threading.Event()
-
-    def stall(delivery: Delivery) -> int:
-        release.wait(4)
-        return 200
-
-    hooks.handlers[slow["path"]] = stall
-    try:
+    with hooks.stalled(slow["path"], 4):
         hooks.ws.create_many("person", [{"firstName": f"p{i}"} for i in range(30)])
         hooks.wait_events(fast["path"], 30, timeout=60)
         # The slow endpoint has at most its per-target share in flight (8) and each takes 4 s.
         assert len(hooks.receiver.events(slow["path"])) < 30
-    finally:
-        release.set()
-        hooks.handlers.pop(slow["path"], None)
     hooks.wait_events(slow["path"], 30, timeout=90)
     hooks.gql(UPDATE, {"input": {"id": slow["id"], "isActive": False}})
 
@@ -287,25 +277,14 @@ def test_the_pending_gauge_counts_the_deliveries_waiting_for_an_attempt(
     hooks: Hooks, local_stack: Stack
 ) -> None:
     """First attempts waiting behind a stalled endpoint's slots and those in flight both count."""
-    port = local_stack.instances["webhooks"][0].metrics_port
     webhook = hooks.create(["person.created"])
-    release = threading.Event()
-
-    def stall(delivery: Delivery) -> int:
-        release.wait(30)
-        return 200
-
-    hooks.handlers[webhook["path"]] = stall
-    try:
+    with hooks.stalled(webhook["path"], 30):
         hooks.ws.create_many("person", [{"firstName": f"q{i}"} for i in range(30)])
         wait_until(
-            lambda: (metric(port, "webhook_deliveries_pending") or 0) >= 30,
+            lambda: deliverer_metric(local_stack, "webhook_deliveries_pending") >= 30,
             30,
             "the pending gauge did not count the 30 waiting deliveries",
         )
-    finally:
-        release.set()
-        hooks.handlers.pop(webhook["path"], None)
     hooks.wait_events(webhook["path"], 30, timeout=90)
     hooks.gql(UPDATE, {"input": {"id": webhook["id"], "isActive": False}})
 

@@ -4,6 +4,7 @@ gRPC, and the example receiver (examples/webhook_receiver.py) listening on loopb
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -92,6 +93,23 @@ class Hooks:
         webhook["path"] = path
         return webhook
 
+    @contextmanager
+    def stalled(self, path: str, longest: float) -> Iterator[None]:
+        """While the block runs, each delivery to `path` waits (up to `longest` seconds) before
+        it is answered 200; at its end the waiting ones are answered at once."""
+        release = threading.Event()
+
+        def stall(delivery: Delivery) -> int:
+            release.wait(longest)
+            return 200
+
+        self.handlers[path] = stall
+        try:
+            yield
+        finally:
+            release.set()
+            self.handlers.pop(path, None)
+
     def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         return graphql_data(self.client, self.admin.access_token, query, variables)
 
@@ -158,7 +176,7 @@ class Hooks:
 
 
 def deliverer_metric(stack: Stack, name: str, replica: int = 0) -> float:
-    """A counter of one webhooks replica's /metrics (0 when absent)."""
+    """A sample of one webhooks replica's /metrics (0 when absent)."""
     port = stack.instances["webhooks"][replica].metrics_port
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     for line in text.splitlines():
