@@ -23,7 +23,7 @@ hold up to two waves of claimed deliveries of each kind (P running, the rest que
 process); it is claimed for again once it is down to one wave. A wave is the process's room of a
 kind (2 x WEBHOOK_MAX_CONCURRENCY) shared among the targets holding rows of it and one more,
 halved, and never less than P (`Dispatcher.wave`): one busy target is claimed for 32 rows at a
-time with the defaults, eight or more busy targets P at a time, so the process's bounds (rows
+time with the defaults, seven or more busy targets P at a time, so the process's bounds (rows
 held, leases, memory) stay as they are while a lone busy target costs a quarter of the claims.
 A claim asks only for targets with room, so a slow or dead endpoint holds at most its own rows
 and P running slots while the others' deliveries keep flowing; every attempt ends within
