@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import asyncpg
 import grpc
 import nats
 import orjson
@@ -28,6 +29,7 @@ from crmkit.messaging import (
 from crmstack.ports import free_port, wait_for_port
 from crmstack.processes import ManagedProcess
 from crmstack.stack import Stack
+from records.relay import SESSION_SETTINGS, fetch_sql
 from tests.integration.events_client import (
     listen,
     metric,
@@ -225,6 +227,51 @@ def test_the_pending_gauge_reports_a_backlog_beyond_the_rows_it_counts(
     wait_until(
         lambda: metric(port, "records_outbox_pending") == 0, 30, "pending gauge did not drop"
     )
+
+
+def test_the_relay_reads_a_batch_from_the_index_whatever_the_backlog_and_statistics(
+    local_stack: Stack,
+) -> None:
+    """A batch costs its own rows, not the backlog's: read ahead on the relay's connection from
+    20,000 waiting rows while the statistics still say the outbox is nearly empty (as just
+    after a bulk load), the statement reads the outbox in sequence order and stops after the
+    batch and the rows in flight it leaves out. A bitmap scan read and sorted all 20,000."""
+    batch, in_flight, waiting = 500, 1000, 20_000
+
+    def outbox_rows_read(node: dict[str, Any]) -> int:
+        own = 0
+        if node.get("Relation Name") == "outbox" and node.get("Node Type") != "ModifyTable":
+            own = int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
+        return own + sum(outbox_rows_read(child) for child in node.get("Plans", []))
+
+    async def rows_read() -> int:
+        connection = await asyncpg.connect(
+            local_stack.env["DATABASE_URL"], server_settings=SESSION_SETTINGS
+        )
+        transaction = connection.transaction()  # rolled back: the stack's relay sees nothing
+        await transaction.start()
+        try:
+            await connection.execute("ANALYZE records.outbox")
+            await connection.execute(
+                "INSERT INTO records.outbox (event_id, workspace_id, object, object_metadata_id, "
+                "record_id, action, cause, record, actor_kind) "
+                "SELECT gen_random_uuid(), gen_random_uuid(), 'person', gen_random_uuid(), "
+                "gen_random_uuid(), 'created', 'write', '{}', 'user' FROM generate_series(1, $1)",
+                waiting,
+            )
+            read = await connection.fetch(fetch_sql(gated=False, ahead=False), in_flight)
+            assert len(read) == in_flight
+            plan = await connection.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + fetch_sql(gated=True, ahead=True),
+                batch,
+                [row["sequence"] for row in read],
+            )
+            return outbox_rows_read(orjson.loads(plan)[0]["Plan"])
+        finally:
+            await transaction.rollback()
+            await connection.close()
+
+    assert asyncio.run(rows_read()) <= batch + in_flight + 100
 
 
 def test_the_stream_forgets_event_ids_after_the_configured_duplicate_window(
