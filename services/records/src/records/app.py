@@ -12,7 +12,7 @@ from crmkit import db, messaging
 from crmkit.grpc_server import ServicerBinding, ServiceRuntime, run_service, service_name
 from crmkit.metrics import observe_pools
 from crmkit.principal import PrincipalCodec
-from records import history_retention, idempotency, migrator, outbox, search
+from records import counts, history_retention, idempotency, migrator, outbox, search
 from records.cache import SchemaCache
 from records.event_interest import EventInterestServicer
 from records.import_servicer import ImportServicer
@@ -37,7 +37,11 @@ async def serve(settings: RecordsSettings) -> None:
         # Requests never change session state (no SET, LISTEN, cursors or session advisory
         # locks; the relay has its own connection): skip the reset round trip per call.
         reset_session=False,
-        session_settings={**timeout, **outbox.write_settings(settings.RECORD_EVENTS_PUBLISH)},
+        session_settings={
+            **timeout,
+            **outbox.write_settings(settings.RECORD_EVENTS_PUBLISH),
+            **counts.SESSION_SETTINGS,
+        },
     )
     # Searches get sessions of their own, carrying their settings (no transaction per search to
     # set them: two round trips fewer). A search of three or more words is a statement over

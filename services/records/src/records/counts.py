@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+# The records pool's sessions. A capped count is a scan that stops after cap + 1 rows, so it
+# must start where the table starts. With PostgreSQL's synchronized sequential scans (on by
+# default) a scan of a table over a quarter of shared_buffers starts where the last one stopped:
+# every count of the same list read another 10,001 rows' pages from outside the buffer cache
+# (3.4 ms at 1,000,000 people against 0.7 ms from the table's start, whose pages stay cached).
+# No answer depends on where a scan starts: reads order their rows, prunes take any that qualify.
+SESSION_SETTINGS = {"synchronize_seqscans": "off"}
+
 
 async def count_matches(
     connection: Any, table: str, where: str, params: list[Any], *, cap: int, exact: bool
