@@ -15,11 +15,12 @@ from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 import pytest
 
 from crm.common.v1 import common_pb2
 from crmstack.stack import Stack
-from records import ddl
+from records import counts, ddl
 from records.sql import workspace_schema_name
 from tests.integration.api_helpers import Api
 from tests.integration.records_client import Workspace, provision
@@ -212,6 +213,34 @@ def test_exact_count_on_request_and_below_the_cap(large: Api) -> None:
     assert exact == {"totalCount": LARGE, "totalCountIsEstimate": False}
     few = large.data(COUNT, {"filter": {"employees": {"eq": 7}}})["companies"]
     assert few == {"totalCount": 40, "totalCountIsEstimate": False}
+
+
+def test_an_unfiltered_capped_count_reads_the_first_pages_through_the_cache(
+    large: Api, stack: Stack
+) -> None:
+    """Unfiltered, the cap's rows are the table's first pages, read by a TID range scan from the
+    first page: through the shared buffer cache, where a large table's sequential scan reads
+    through a small ring and its pages do not stay."""
+    table = f'{workspace_schema_name(large.session.workspace_id)}."company"'
+
+    async def plan(where: str, unfiltered: bool) -> dict[str, Any]:
+        connection = await asyncpg.connect(stack.env["DATABASE_URL"])
+        try:
+            sql = counts.capped_count_sql(table, where, COUNT_CAP, unfiltered)
+            text = await connection.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
+            return dict(orjson.loads(text)[0]["Plan"])
+        finally:
+            await connection.close()
+
+    def scans(node: dict[str, Any]) -> list[tuple[str, str]]:
+        own = [(node["Node Type"], node.get("Index Name", ""))] if "Relation Name" in node else []
+        return own + [scan for child in node.get("Plans", []) for scan in scans(child)]
+
+    unfiltered = asyncio.run(plan('t."deletedAt" IS NULL', True))
+    assert scans(unfiltered) == [("Tid Range Scan", "")]
+    assert unfiltered["Actual Rows"] == 1
+    counted = large.data(COUNT)["companies"]  # the same count through the API
+    assert counted["totalCountIsEstimate"] is True
 
 
 AGGREGATE = """query($exact: Boolean) {

@@ -9,9 +9,11 @@ import pytest
 
 from crm.common.v1 import common_pb2
 from crm.metadata.v1 import metadata_pb2 as md
+from crm.records.v1 import records_pb2
 from crmkit.authz import Access
 from crmkit.errors import InvalidArgument, PermissionDenied
-from records import ddl, inputs, ordering, values
+from records import ddl, inputs, ordering, reads, values
+from records.context import RequestContext
 from records.model import WorkspaceModel
 from records.predicates import PredicateCompiler, like_pattern
 from records.sql import Params, quote
@@ -311,3 +313,37 @@ def test_fragment_filters_on_searchable_fields_are_prefiltered_by_the_search_col
     assert excepted == '(t."firstName" ILIKE $1::text)'
     cased, _ = compiled("firstName", common_pb2.FILTER_OPERATOR_STARTS_WITH, "x\u01a6y")
     assert cased.startswith('(t."_search_')
+
+
+@pytest.mark.parametrize(
+    ("own_records_only", "filtered", "scope", "unfiltered"),
+    [
+        (False, False, 0, True),
+        (False, False, records_pb2.DELETED_SCOPE_INCLUDE, True),
+        (False, False, records_pb2.DELETED_SCOPE_ONLY, False),
+        (False, True, 0, False),
+        (True, False, 0, False),
+    ],
+)
+def test_only_a_where_without_filter_or_owner_scope_is_unfiltered(
+    own_records_only: bool, filtered: bool, scope: int, unfiltered: bool
+) -> None:
+    model = WorkspaceModel.from_proto(schema())
+    context = RequestContext(common_pb2.Principal(), model)
+    company = model.object("company")
+    assert company is not None
+    node = common_pb2.Filter(
+        condition=common_pb2.Condition(
+            field="name", operator=common_pb2.FILTER_OPERATOR_EQ, value_json=b'"Acme"'
+        )
+    )
+    where = reads.where_clause(
+        context,
+        company,
+        "t",
+        Access(own_records_only, str(uuid.uuid4())),
+        Params(),
+        node=node if filtered else None,
+        scope=scope,
+    )
+    assert reads.is_unfiltered(where, "t") is unfiltered

@@ -23,7 +23,15 @@ from records.model import (
     value_expression,
 )
 from records.predicates import CASTS
-from records.reads import Page, check_fields, joined, json_array, page_size, where_clause
+from records.reads import (
+    Page,
+    check_fields,
+    is_unfiltered,
+    joined,
+    json_array,
+    page_size,
+    where_clause,
+)
 from records.sql import Params, quote
 
 MAX_GROUPS = 1000
@@ -90,6 +98,7 @@ async def aggregate(
             list(params.values),
             cap=count_cap,
             exact=request.exact_count,
+            unfiltered=is_unfiltered(where, "t"),
         )
         return orjson.dumps({"count": total, "countIsEstimate": estimate})
     sections: dict[str, list[tuple[str, str]]] = {}

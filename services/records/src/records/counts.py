@@ -20,16 +20,21 @@ SESSION_SETTINGS = {"synchronize_seqscans": "off"}
 
 
 async def count_matches(
-    connection: Any, table: str, where: str, params: list[Any], *, cap: int, exact: bool
+    connection: Any,
+    table: str,
+    where: str,
+    params: list[Any],
+    *,
+    cap: int,
+    exact: bool,
+    unfiltered: bool = False,
 ) -> tuple[int, bool]:
-    """(count, is_estimate) of the rows of `table t` matching `where`."""
+    """(count, is_estimate) of the rows of `table t` matching `where`; `unfiltered`: `where`
+    passes nearly every row (the live rows, no filter, no owner scope)."""
     if exact or cap <= 0:
         total = await connection.fetchval(f"SELECT count(*) FROM {table} t WHERE {where}", *params)
         return int(total), False
-    capped = await connection.fetchval(
-        f"SELECT count(*) FROM (SELECT 1 FROM {table} t WHERE {where} LIMIT {int(cap) + 1}) c",
-        *params,
-    )
+    capped = await connection.fetchval(capped_count_sql(table, where, cap, unfiltered), *params)
     if int(capped) <= cap:
         return int(capped), False
     plan = await connection.fetchval(
@@ -37,3 +42,19 @@ async def count_matches(
     )
     estimate = int(plan[0]["Plan"]["Plan Rows"])  # json, decoded by the pool's codec
     return max(estimate, int(cap) + 1), True
+
+
+def capped_count_sql(table: str, where: str, cap: int, unfiltered: bool) -> str:
+    """The count of `table t`'s rows matching `where` that stops after cap + 1 of them."""
+    # Unfiltered, the cap's rows are the table's first pages (a few hundred): read them as a TID
+    # range scan from the first page. It reads in heap order like a sequential scan, but through
+    # the shared buffer cache, where a sequential scan of a table over a quarter of shared_buffers
+    # reads through a small ring of buffers and leaves most pages it read outside the cache. At
+    # 1,000,000 people, the first five counts after other work had evicted those pages: p50 0.89
+    # ms against 1.43 (sequential) and 1.12 (in primary key order, which costs 1.08 against 0.76
+    # once cached). A filtered count may read the whole table: it keeps the ring, so that one
+    # count does not flush the cache.
+    if unfiltered:
+        where = f"t.ctid >= '(0,0)'::tid AND {where}"
+    limit = f"LIMIT {int(cap) + 1}"
+    return f"SELECT count(*) FROM (SELECT 1 FROM {table} t WHERE {where} {limit}) c"

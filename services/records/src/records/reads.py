@@ -140,6 +140,11 @@ def where_clause(
     return parts
 
 
+def is_unfiltered(parts: list[str], alias: str) -> bool:
+    """`parts` (from where_clause) pass every live row, or every row: no filter, no owner scope."""
+    return parts in ([], [deleted_scope(alias, 0, None)])
+
+
 def joined(parts: list[str]) -> str:
     return " AND ".join(parts) if parts else "TRUE"
 
@@ -269,6 +274,7 @@ async def list_records(
             filter_params,
             cap=count_cap,
             exact=request.exact_total_count,
+            unfiltered=is_unfiltered(where, "t"),
         )
     return Page(json_array(row[0] for row in rows), cursors, info, total, estimate)
 
