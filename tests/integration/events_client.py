@@ -18,7 +18,7 @@ from nats.js.api import DeliverPolicy
 from crm.events.v1 import events_pb2
 from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit.event_interest import gateway_holder
-from crmkit.messaging import RECORD_EVENTS_STREAM
+from crmkit.messaging import RECORD_EVENTS_STREAM, event_payloads
 from crmkit.principal import PrincipalCodec, system_principal
 from crmstack.stack import Stack
 
@@ -34,7 +34,8 @@ class StreamEvent:
 def read_stream(
     stack: Stack, workspace_id: str, count: int, timeout: float = 60.0
 ) -> list[StreamEvent]:
-    """The first `count` events of a workspace in stream order (AssertionError if fewer come)."""
+    """The first `count` events of a workspace in stream order, each event of a batch (a bulk
+    write's message) on its own (AssertionError if fewer come)."""
 
     async def read() -> list[StreamEvent]:
         connection = await nats.connect(stack.env["NATS_URL"])
@@ -56,16 +57,15 @@ def read_stream(
                     message = await subscription.next_msg(timeout=min(remaining, 5))
                 except TimeoutError:
                     continue
-                event = events_pb2.RecordEvent()
-                event.ParseFromString(message.data)
-                events.append(
-                    StreamEvent(
-                        message.subject,
-                        dict(message.headers or {}),
-                        event,
-                        message.metadata.sequence.stream,
+                for payload in event_payloads(message.data, message.headers):
+                    events.append(
+                        StreamEvent(
+                            message.subject,
+                            dict(message.headers or {}),
+                            events_pb2.RecordEvent.FromString(payload),
+                            message.metadata.sequence.stream,
+                        )
                     )
-                )
             await subscription.unsubscribe()
             return events
         finally:

@@ -16,11 +16,17 @@ import httpx
 import orjson
 import pytest
 
+from crmkit.messaging import EVENT_BATCH_HEADER
 from crmstack.stack import Stack
+from tests.integration import webhooks_client
 from tests.integration.api_helpers import Api, Record
-from tests.integration.events_client import listen, query
+from tests.integration.events_client import listen, query, read_stream
+from tests.integration.webhooks_client import Hooks
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+
+receiver = webhooks_client.receiver
+hooks = webhooks_client.hooks
 
 
 @pytest.fixture
@@ -406,3 +412,33 @@ def test_a_file_over_the_size_limit_is_a_413_that_stores_nothing(
     assert [job["id"] for job in api.ok("GET", "/rest/imports")["data"]] == [
         small.json()["data"]["id"]
     ]
+
+
+def test_an_imports_events_reach_a_webhook_once_each_several_to_a_message(
+    hooks: Hooks, local_stack: Stack
+) -> None:
+    webhook = hooks.create(["person.created"])
+    rows = 300
+    body = "firstName,lastName\n" + "".join(f"Bulk{n},Row{n}\n" for n in range(rows))
+    response = hooks.client.post(
+        "/rest/imports/people",
+        content=body.encode(),
+        headers={"Authorization": f"Bearer {hooks.admin.access_token}", "Content-Type": "text/csv"},
+        timeout=120,
+    )
+    assert response.status_code == 202, response.text
+
+    stream = read_stream(local_stack, hooks.ws.id, rows)
+    messages = {event.stream_sequence: event.headers for event in stream}
+    assert len(messages) <= rows // 10  # an import's events travel several to a message
+    assert all(headers.get(EVENT_BATCH_HEADER) for headers in messages.values())
+    assert sum(int(headers[EVENT_BATCH_HEADER]) for headers in messages.values()) == rows
+
+    hooks.wait_events(webhook["path"], rows, timeout=120)
+    time.sleep(1)  # and no event twice
+    deliveries = hooks.receiver.events(webhook["path"])
+    assert len(deliveries) == rows
+    assert sorted(d.payload["id"] for d in deliveries) == sorted(e.event.id for e in stream)
+    names = {d.payload["record"]["firstName"] for d in deliveries}
+    assert names == {f"Bulk{n}" for n in range(rows)}
+    assert {d.payload["record"]["id"] for d in deliveries} == {e.event.record_id for e in stream}

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import orjson
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
+from nats.aio.msg import Msg
 
 from crm.common.v1 import common_pb2
 from crm.events.v1 import events_pb2
-from gateway.subscriptions.events import MalformedEvent, decode_change
+from crmkit.messaging import EVENT_BATCH_HEADER, pack_events
+from gateway.metrics import GatewayMetrics
+from gateway.subscriptions.events import MalformedEvent, RecordChange, decode_change
+from gateway.subscriptions.feed import RecordEventFeed
 from gateway.subscriptions.session import authorization_of, may_read_something
 
 
@@ -94,3 +101,39 @@ def test_a_principal_that_may_read_nothing_is_told_apart() -> None:
     everything = common_pb2.ObjectPermission(object="*", actions=[read, write])
     assert may_read_something(_principal(everything, kind=oauth, scopes=["read:person"]))
     assert not may_read_something(_principal(everything, kind=oauth, scopes=["write:person"]))
+
+
+class _NoJetStream:
+    """The feed's client, never reached by `_dispatch` (it only builds the JetStream context)."""
+
+    def jetstream(self) -> None:
+        return None
+
+
+def test_the_feed_hands_on_each_event_of_a_batch_once() -> None:
+    delivered: list[RecordChange] = []
+
+    def deliver(change: RecordChange) -> int:
+        delivered.append(change)
+        return 1
+
+    nats: Any = _NoJetStream()
+    feed = RecordEventFeed(nats, lambda *_: True, deliver, GatewayMetrics.create())
+    payloads = [event(id=f"e{n}", record_json=b'{"id":"r%d"}' % n) for n in range(3)]
+
+    def batch(*ids: int) -> Msg:
+        return Msg(
+            _client=None,  # type: ignore[arg-type]  # never used: no reply
+            subject="crm.records.w1.person.updated",
+            data=pack_events([payloads[n].SerializeToString() for n in ids]),
+            headers={"Nats-Msg-Id": f"e{ids[0]}+{len(ids)}", EVENT_BATCH_HEADER: str(len(ids))},
+        )
+
+    assert asyncio.run(feed._dispatch(batch(0, 1)))
+    assert [change.id for change in delivered] == ["e0", "e1"]
+    assert delivered[1].record == {"id": "r1"}
+    # Published again in another grouping (after a relay takeover): only the new event goes on.
+    assert asyncio.run(feed._dispatch(batch(1, 2)))
+    assert [change.id for change in delivered] == ["e0", "e1", "e2"]
+    junk = Msg(_client=None, subject=batch(0).subject, data=b"x", headers=batch(0).headers)  # type: ignore[arg-type]
+    assert not asyncio.run(feed._dispatch(junk))

@@ -126,3 +126,15 @@ async def test_nothing_is_sent_while_nats_is_away() -> None:
 
 def flight_messages(flight: InFlight) -> list[tuple[int, str]]:
     return [(m.sequence, m.record_id) for m, _, _ in flight.waiting.values()]
+
+
+def test_a_batch_in_flight_blocks_each_of_its_records_and_acknowledges_all() -> None:
+    batch = Message(1, "r1", "crm.records.w.person.created", b"", {}, ((2, "r2"), (3, "r3")))
+    flight = InFlight(1)
+    token = flight.add(batch, trace.INVALID_SPAN)
+    later = Message(9, "r2", batch.subject, b"", {})
+    assert flight.blocks(later)
+    assert not flight.blocks(Message(10, "r7", batch.subject, b"", {}))
+    flight.answer(token, answer(b'{"seq":1}'))
+    assert not flight.blocks(later)
+    assert flight.take_acknowledged() == [1, 2, 3]

@@ -16,12 +16,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from crm.common.v1 import common_pb2
 from crm.events.v1 import events_pb2
 from crmkit import telemetry
-from crmkit.messaging import previous_record_json
+from crmkit.messaging import (
+    EVENT_BATCH_HEADER,
+    event_count,
+    event_payloads,
+    previous_record_json,
+)
 from records.envelope import (
+    BATCH_EVENTS,
     Message,
     OutboxRow,
     encode_event,
     message_of,
+    messages_of,
     pub_frame,
     record_event,
     timestamp_of,
@@ -227,3 +234,86 @@ async def test_publish_frames_are_nats_pys_own(monkeypatch: pytest.MonkeyPatch) 
             pub_frame(bad, "_INBOX.abc.1", {}, b"")
     with pytest.raises(ValueError, match="invalid header"):
         pub_frame(subject, "_INBOX.abc.1", {"bad name": "x"}, b"")
+
+
+# -- bulk rows (an import's) share messages ----------------------------------------------------
+
+MAX_PAYLOAD = 1024 * 1024
+
+
+def bulk(sequence: int, **changes: object) -> OutboxRow:
+    values: dict[str, object] = {
+        "record_id": f"r{sequence}",
+        "action": "created",
+        "cause": "write",
+        "previous_record": None,
+        "changed_fields": [],
+        "bulk": True,
+    }
+    values.update(changes)
+    return row(sequence, **values)  # type: ignore[arg-type]
+
+
+def events_of(message: Message) -> list[events_pb2.RecordEvent]:
+    return [
+        events_pb2.RecordEvent.FromString(payload)
+        for payload in event_payloads(message.payload, message.headers)
+    ]
+
+
+def test_consecutive_bulk_rows_of_one_write_travel_together() -> None:
+    rows = [bulk(sequence) for sequence in range(1, 6)]
+    [message] = messages_of(rows, MAX_PAYLOAD)
+    assert message.subject == f"crm.records.{WS}.person.created"
+    assert message.headers == {
+        "Nats-Msg-Id": "e1+5",
+        EVENT_BATCH_HEADER: "5",
+        "traceparent": TRACEPARENT,
+    }
+    assert message.sequences == [1, 2, 3, 4, 5]
+    assert message.record_ids == ["r1", "r2", "r3", "r4", "r5"]
+    alone = [events_pb2.RecordEvent.FromString(message_of(r, MAX_PAYLOAD).payload) for r in rows]
+    assert events_of(message) == alone  # each event exactly as it would travel alone
+    assert event_count(message.headers) == 5
+    assert len(message.payload) < sum(len(m.SerializeToString()) for m in alone) / 2
+
+
+def test_rows_that_are_not_bulk_or_alone_keep_one_message_each() -> None:
+    lone = messages_of([bulk(1)], MAX_PAYLOAD)
+    assert [m.headers for m in lone] == [{"Nats-Msg-Id": "e1", "traceparent": TRACEPARENT}]
+    plain = messages_of([row(1, "a"), row(2, "b")], MAX_PAYLOAD)
+    assert [m.sequences for m in plain] == [[1], [2]]
+    assert all(EVENT_BATCH_HEADER not in m.headers for m in plain)
+    assert event_count(plain[0].headers) == 1
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"bulk": False},  # a write in between
+        {"action": "updated"},  # an upsert's updates follow its creates
+        {"trace_context": "{}"},  # another request
+        {"workspace_id": "99999999-2222-4333-8444-555555555555"},
+        {"object_name": "company"},
+        {"record_id": "r1"},  # a record twice: its events stay in order, one in flight at once
+    ],
+)
+def test_a_batch_ends_where_the_write_changes(other: dict[str, object]) -> None:
+    rows = [bulk(1), bulk(2), bulk(3, **other), bulk(4, **other)]
+    messages = messages_of(rows, MAX_PAYLOAD)
+    assert messages[0].sequences == [1, 2]
+    assert [s for m in messages for s in m.sequences] == [1, 2, 3, 4]  # outbox order kept
+
+
+def test_a_batch_holds_at_most_its_events_and_bytes() -> None:
+    many = messages_of([bulk(s) for s in range(1, BATCH_EVENTS + 3)], MAX_PAYLOAD)
+    assert [len(m.sequences) for m in many] == [BATCH_EVENTS, 2]
+    padded = '{"id": "r", "note": "' + "y" * 600 + '"}'
+    size = len(encode_event(bulk(1, record=padded), {"traceparent": TRACEPARENT}))
+    small_server = 8 * 1024 + 3 * size + size // 2  # 3.5 events beyond the framing allowance
+    capped = messages_of([bulk(s, record=padded) for s in range(1, 8)], small_server)
+    assert all(len(m.sequences) <= 3 for m in capped)
+    assert [s for m in capped for s in m.sequences] == list(range(1, 8))
+    huge = bulk(9, record='{"id": "r9", "note": "' + "x" * 300_000 + '"}')
+    [alone] = messages_of([huge], MAX_PAYLOAD)
+    assert EVENT_BATCH_HEADER not in alone.headers

@@ -15,10 +15,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from crm.events.v1 import events_pb2
 from crmkit.errors import InvalidArgument
+from crmkit.messaging import EVENT_BATCH_HEADER, pack_events
 from crmkit.retries import next_step, parse_retry_delays
 from examples.webhook_receiver import VerificationError, verify
 from webhooks.dispatcher import _stored_context
-from webhooks.intake import _process_span, decode
+from webhooks.intake import _Batch, _events_in, _process_span, decode
 from webhooks.operations import matching_patterns, validate_operations
 from webhooks.payload import EventPayload, PayloadTooLarge, build_body, iso_timestamp
 from webhooks.sealing import SecretBox, SecretUnavailable, new_secret
@@ -265,3 +266,41 @@ def test_decode_reads_the_instant_as_protobuf_does() -> None:
         decoded = decode(event.SerializeToString())
         assert decoded is not None
         assert decoded.occurred_at == event.occurred_at.ToDatetime(tzinfo=UTC) == moment
+
+
+def test_a_batch_message_is_read_as_its_events_each_in_the_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    events = [
+        events_pb2.RecordEvent(
+            id=f"e{n}",
+            workspace_id="w1",
+            object="person",
+            action=events_pb2.RECORD_ACTION_CREATED,
+            record_id=f"r{n}",
+            record_json=b'{"id":"r%d"}' % n,
+        ).SerializeToString()
+        for n in range(3)
+    ]
+    message = Msg(
+        _client=None,  # type: ignore[arg-type]  # never used: no reply, no ack here
+        subject="crm.records.w1.person.created",
+        data=pack_events(events),
+        headers={"Nats-Msg-Id": "e0+3", EVENT_BATCH_HEADER: "3", "traceparent": TRACEPARENT},
+    )
+    addressed = ("w1", "person", "created", message)
+    batch = _Batch()
+    decoded = batch.decoded([addressed])
+    assert [(e.id, e.record) for e in decoded] == [(f"e{n}", f'{{"id":"r{n}"}}') for n in range(3)]
+    assert batch.decoded([addressed]) == decoded  # decoded once
+    assert _events_in([addressed]) == 3
+    batch.end_spans()
+    assert len(spans.get_finished_spans()) == 3
+    assert all(orjson.loads(e.trace_context)["traceparent"] for e in decoded)
+    broken = Msg(
+        _client=None,  # type: ignore[arg-type]
+        subject=message.subject,
+        data=b"junk",
+        headers=message.headers,
+    )
+    assert _Batch().decoded([("w1", "person", "created", broken)]) == []

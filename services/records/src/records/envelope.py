@@ -2,7 +2,8 @@
 
 The relay publishes one message per row on `crm.records.<workspaceId>.<object>.<action>` with
 `Nats-Msg-Id` = the event id (JetStream drops a republished row inside its duplicate window) and
-the W3C trace context of the request that made the change.
+the W3C trace context of the request that made the change; consecutive rows of one bulk write (an
+import) share a message (`messages_of`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from crm.common.v1 import common_pb2
 from crm.events.v1 import events_pb2
-from crmkit.messaging import RECORD_ACTIONS, record_subject
+from crmkit.messaging import (
+    EVENT_BATCH_HEADER,
+    RECORD_ACTIONS,
+    encode_varint,
+    pack_events,
+    record_subject,
+)
 from crmkit.telemetry import TRACE_HEADERS
 
 MSG_ID_HEADER = "Nats-Msg-Id"
@@ -31,7 +38,7 @@ OUTBOX_COLUMNS = (
     "sequence, event_id::text, workspace_id::text, object, object_metadata_id::text, "
     "record_id::text, action, cause, record::text, previous_record::text, changed_fields, "
     "actor_kind, actor_user_id, actor_credential_id, actor_workflow_id, trace_context::text, "
-    "occurred_at"
+    "occurred_at, bulk"
 )
 
 _CAUSES = {
@@ -67,6 +74,7 @@ class OutboxRow:
     actor_workflow_id: str
     trace_context: str
     occurred_at: datetime
+    bulk: bool = False  # written by a bulk write (an import): may share a message
 
     @classmethod
     def of(cls, row: Sequence[Any]) -> OutboxRow:
@@ -80,6 +88,16 @@ class Message:
     subject: str
     payload: bytes
     headers: Mapping[str, str]
+    # The other rows of a batch (`messages_of`): their sequence and record id.
+    rest: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def sequences(self) -> list[int]:
+        return [self.sequence, *(sequence for sequence, _ in self.rest)]
+
+    @property
+    def record_ids(self) -> list[str]:
+        return [self.record_id, *(record_id for _, record_id in self.rest)]
 
 
 def timestamp_of(moment: datetime) -> Timestamp:
@@ -155,33 +173,94 @@ def _trimmed(event: events_pb2.RecordEvent, limit: int) -> bytes:
 # Protobuf wire format (https://protobuf.dev/programming-guides/encoding/): a field is its key
 # (field number << 3 | wire type: 0 varint, 2 length-delimited) then its value; a proto3 field
 # holding its default (0, "", false) is not written. Fields may come in any order.
-def _varint(value: int) -> bytes:
-    if value < 0:
-        value += 1 << 64  # int64 / enum: two's complement, ten bytes
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _text(key: bytes, value: str) -> bytes:
     return _bytes(key, value.encode()) if value else b""
 
 
 def _bytes(key: bytes, value: bytes) -> bytes:
-    return key + _varint(len(value)) + value if value else b""
+    return key + encode_varint(len(value)) + value if value else b""
 
 
 def _number(key: bytes, value: int) -> bytes:
-    return key + _varint(value) if value else b""
+    return key + encode_varint(value) if value else b""
 
 
 # Keys of RecordEvent's fields (proto/crm/events/v1/events.proto), and of Actor's, Timestamp's
 # and a map entry's.
+# A batch holds at most this many events, and at most this many bytes of them before they are
+# deflated (and never more than fits a message): about 30 KB of an import's events, ~6 KB sent.
+BATCH_EVENTS = 64
+BATCH_BYTES = 256 * 1024
+
+
+def messages_of(rows: Sequence[OutboxRow], max_payload: int) -> list[Message]:
+    """The JetStream messages of rows in outbox order: one per row, except that consecutive
+    bulk rows of one write (same workspace, object, action and trace context; different
+    records) share a message, up to BATCH_EVENTS events and BATCH_BYTES (docs/events.md,
+    "Bulk writes")."""
+    limit = min(BATCH_BYTES, max(max_payload - _FRAMING_ALLOWANCE, 1024))
+    messages: list[Message] = []
+    group: list[tuple[OutboxRow, bytes]] = []
+    size = 0
+
+    def close() -> None:
+        if len(group) == 1:
+            messages.append(message_of(group[0][0], max_payload))
+        elif group:
+            messages.append(_batch_message(group))
+        group.clear()
+
+    for row in rows:
+        if not row.bulk:
+            close()
+            messages.append(message_of(row, max_payload))
+            continue
+        payload = encode_event(row, _trace_context(row.trace_context))
+        if len(payload) > limit:
+            close()
+            messages.append(message_of(row, max_payload))
+            continue
+        if group and (
+            len(group) >= BATCH_EVENTS
+            or size + len(payload) > limit
+            or not _same_write(group[0][0], row)
+            or any(row.record_id == other.record_id for other, _ in group)
+        ):
+            close()
+        if not group:
+            size = 0
+        group.append((row, payload))
+        size += len(payload)
+    close()
+    return messages
+
+
+def _same_write(first: OutboxRow, row: OutboxRow) -> bool:
+    return (
+        row.workspace_id == first.workspace_id
+        and row.object_name == first.object_name
+        and row.action == first.action
+        and row.trace_context == first.trace_context
+    )
+
+
+def _batch_message(group: Sequence[tuple[OutboxRow, bytes]]) -> Message:
+    first = group[0][0]
+    headers = {
+        MSG_ID_HEADER: f"{first.event_id}+{len(group)}",
+        EVENT_BATCH_HEADER: str(len(group)),
+    }
+    headers.update(_trace_context(first.trace_context))
+    return Message(
+        first.sequence,
+        first.record_id,
+        record_subject(first.workspace_id, first.object_name, first.action),
+        pack_events([payload for _, payload in group]),
+        headers,
+        tuple((row.sequence, row.record_id) for row, _ in group[1:]),
+    )
+
+
 _ID, _WORKSPACE, _OBJECT, _OBJECT_METADATA = b"\x0a", b"\x12", b"\x1a", b"\x22"
 _ACTION, _CAUSE, _RECORD_ID, _RECORD_JSON = b"\x28", b"\x30", b"\x3a", b"\x42"
 _ACTOR, _OCCURRED_AT, _TRACE_CONTEXT, _SEQUENCE = b"\x52", b"\x5a", b"\x62", b"\x68"
@@ -224,7 +303,7 @@ def _constant_part(row: OutboxRow) -> bytes:
             + _number(_ACTION, RECORD_ACTIONS[row.action])
             + _number(_CAUSE, _CAUSES.get(row.cause, events_pb2.CHANGE_CAUSE_UNSPECIFIED))
             + _ACTOR
-            + _varint(len(actor))
+            + encode_varint(len(actor))
             + actor
         )
         if len(_constant_parts) >= _CONSTANT_PARTS_KEPT:
@@ -239,7 +318,7 @@ _last_occurred: list[Any] = [None, b""]  # the last timestamp encoded: a stateme
 
 def _length(value: bytes) -> bytes:
     size = len(value)
-    return _SMALL[size] if size < 0x80 else _varint(size)
+    return _SMALL[size] if size < 0x80 else encode_varint(size)
 
 
 def _occurred_at(moment: datetime) -> bytes:
@@ -274,7 +353,7 @@ def encode_event(row: OutboxRow, trace_context: Mapping[str, str]) -> bytes:
         record_id,
         _occurred_at(row.occurred_at),
         _SEQUENCE,
-        _varint(row.sequence),
+        encode_varint(row.sequence),
     ]
     if record:
         parts += (_RECORD_JSON, _length(record), record)

@@ -507,7 +507,7 @@ async def _write(
                 if job.match is not None:
                     await upserts.upsert(
                         connection, job.ctx, job.obj, job.access, rows, job.match, (),
-                        events=job.events,
+                        events=job.events, bulk=True,
                     )  # fmt: skip
                 else:
                     await writes.insert(connection, job.ctx, job.obj, rows, events=job.events)

@@ -35,15 +35,20 @@ class InFlight:
         self.changed = asyncio.Event()  # set by every answer
 
     def blocks(self, message: Message) -> bool:
-        """Whether an earlier message of the same record is in flight (or failed)."""
-        return message.record_id in self._records
+        """Whether an earlier message of one of its records is in flight (or failed)."""
+        if not message.rest:
+            return message.record_id in self._records
+        return not self._records.isdisjoint(message.record_ids)
 
     def add(self, message: Message, span: trace.Span) -> str:
         """Registers a message about to be published; returns its reply token."""
         token = f"{self.prefix}{self._count}"
         self._count += 1
         self.waiting[token] = (message, span, time.monotonic())
-        self._records.add(message.record_id)
+        if message.rest:
+            self._records.update(message.record_ids)
+        else:
+            self._records.add(message.record_id)
         return token
 
     def unsent(self, token: str, error: str) -> None:
@@ -63,8 +68,12 @@ class InFlight:
             self.error = self.error or problem
             self.stream_missing = self.stream_missing or problem.startswith("no stream")
         else:
-            self.acknowledged.append(message.sequence)
-            self._records.discard(message.record_id)
+            if message.rest:
+                self.acknowledged.extend(message.sequences)
+                self._records.difference_update(message.record_ids)
+            else:
+                self.acknowledged.append(message.sequence)
+                self._records.discard(message.record_id)
         end_span(span, problem)
         self.changed.set()
 

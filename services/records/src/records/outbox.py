@@ -62,6 +62,7 @@ def outbox_cte(
     changed: str = "'{}'::text[]",
     events: bool = True,
     record: str = "s.after",
+    bulk: bool = False,
 ) -> str:
     """`<name> AS (INSERT INTO records.outbox ...)` for every row of CTE `source`, while
     somebody listens to the workspace's events (`records.events_wanted`, evaluated once).
@@ -69,7 +70,8 @@ def outbox_cte(
     `source` must expose `id`, `after` (json) and `before` (json or NULL). `record` is the SQL of
     the event's record: `s.after` unless the caller builds it here (only for the rows written,
     only while somebody listens). With `events` False (an import that emits no events) the CTE
-    writes nothing.
+    writes nothing; `bulk` marks the rows of a bulk write (an import), which the relay publishes
+    several to a message.
     """
     if not events:
         return f"{name} AS (SELECT NULL WHERE FALSE)"
@@ -79,12 +81,13 @@ def outbox_cte(
         f"{name}_wanted AS MATERIALIZED (SELECT records.events_wanted({workspace}) AS yes), "
         f"{name} AS (INSERT INTO records.outbox (event_id, workspace_id, object, "
         "object_metadata_id, record_id, action, cause, record, previous_record, changed_fields, "
-        "actor_kind, actor_user_id, actor_credential_id, actor_workflow_id, trace_context) "
+        "actor_kind, actor_user_id, actor_credential_id, actor_workflow_id, trace_context, bulk) "
         f"SELECT gen_random_uuid(), {workspace}, "
         f"{literal(obj.name_singular)}, {literal(obj.id)}::uuid, s.id, {literal(action)}, "
         f"{literal(cause)}, {record}, {_PREVIOUS}, {changed}, "
         f"{params.add(actor_kind(principal), 'text')}, "
         f"{params.add(principal.user_id, 'text')}, {params.add(principal.credential_id, 'text')}, "
-        f"{params.add(principal.workflow_id, 'text')}, {params.add(trace, 'text')}::jsonb "
+        f"{params.add(principal.workflow_id, 'text')}, {params.add(trace, 'text')}::jsonb, "
+        f"{'true' if bulk else 'false'} "
         f"FROM {source} s, {name}_wanted w WHERE w.yes)"
     )

@@ -42,7 +42,7 @@ from crmkit.db import DATABASE_UNAVAILABLE
 from crmkit.messaging import RECORD_EVENTS_STREAM, ensure_record_stream
 from crmkit.outages import OutageLog
 from crmkit.telemetry import extract_context, inject_headers, span_recordable
-from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, message_of, pub_frame
+from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, messages_of, pub_frame
 from records.event_interest import GATING, PRUNE_LAPSED, PUBLISH_CONDITION
 from records.inflight import InFlight
 from records.metrics import RecordsMetrics
@@ -249,7 +249,7 @@ class OutboxRelay:
         self._runs += 1
         flight = InFlight(self._runs)
         self._flight = flight
-        read = {message.sequence for message in queue}  # read and not yet marked
+        read = {sequence for message in queue for sequence in message.sequences}  # not marked
         more = len(rows) == batch
         reading: asyncio.Task[list[Any]] | None = None
 
@@ -258,7 +258,7 @@ class OutboxRelay:
             more = len(rows) == batch
             messages = self._messages(rows)
             queue.extend(messages)
-            read.update(message.sequence for message in messages)
+            read.update(sequence for message in messages for sequence in message.sequences)
 
         try:
             while True:
@@ -365,13 +365,10 @@ class OutboxRelay:
     def _messages(self, rows: list[Any]) -> list[Message]:
         """The messages of the rows to publish (the last column says whether to); the others
         were marked published by the statement that read them, and are counted."""
-        max_payload = self._nats.max_payload
-        messages = [
-            message_of(OutboxRow.of(tuple(row)[:-1]), max_payload) for row in rows if row[-1]
-        ]
-        if len(messages) < len(rows):
-            self._metrics.skipped.inc(len(rows) - len(messages))
-        return messages
+        published = [OutboxRow.of(tuple(row)[:-1]) for row in rows if row[-1]]
+        if len(published) < len(rows):
+            self._metrics.skipped.inc(len(rows) - len(published))
+        return messages_of(published, self._nats.max_payload)
 
     async def _ensure_stream(self) -> None:
         try:

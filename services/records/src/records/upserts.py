@@ -155,16 +155,20 @@ async def upsert(
     *,
     batch: bool = True,
     events: bool = True,
+    bulk: bool = False,
 ) -> list[Upserted]:
     """Create or update `rows` matched on `item` (all or nothing); records in input order.
-    Runs in a transaction of its own (nested in the caller's when there is one)."""
+    Runs in a transaction of its own (nested in the caller's when there is one). `bulk` marks
+    the events of a bulk write (an import)."""
     if not rows:
         return []
     keys = _keys(rows, item, batch)
     await links.require_readable_targets(connection, ctx, obj, rows)
     async with connection.transaction():
         live = await _matches(connection, obj, access, item, keys, batch)
-        found = await _upsert(connection, ctx, obj, rows, item, names, list(live.values()), events)
+        found = await _upsert(
+            connection, ctx, obj, rows, item, names, list(live.values()), events, bulk
+        )
     by_id = {row[0]: (row[1], row[2]) for row in found}
     results = []
     for index, row in enumerate(rows):
@@ -186,6 +190,7 @@ async def _upsert(
     names: tuple[str, ...],
     matched: list[str],
     events: bool,
+    bulk: bool,
 ) -> list[Any]:
     columns = _insert_columns(obj)
     params = Params()
@@ -215,11 +220,12 @@ async def _upsert(
         "WHERE NOT s.created), "
         f"chg AS (SELECT s.*, {_CHANGED} AS changed FROM upd s), "
         + outbox.outbox_cte("obc", "cre", obj, ctx.principal, params,
-                            action=outbox.CREATED, cause=outbox.WRITE, events=events)
+                            action=outbox.CREATED, cause=outbox.WRITE, events=events,
+                            bulk=bulk)
         + ", "
         + outbox.outbox_cte("obu", "chg", obj, ctx.principal, params,
                             action=outbox.UPDATED, cause=outbox.WRITE, changed="s.changed",
-                            events=events)
+                            events=events, bulk=bulk)
         + ", "
         + history.history_cte("hic", "cre", obj, ctx.principal, params, action=history.CREATED)
         + ", "

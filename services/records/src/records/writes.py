@@ -86,9 +86,10 @@ async def create(
 async def insert(
     connection: Any, ctx: RequestContext, obj: ObjectModel, rows: list[Prepared], *, events: bool
 ) -> int:
-    """`create` for a caller that shows no record (an import): the same rows, outbox and
-    history, answering only how many were inserted. The record JSON is built by the outbox's
-    SELECT from the inserted row, so only while somebody listens (`records.events_wanted`)."""
+    """`create` for a caller that shows no record (an import): the same rows, outbox (marked
+    bulk) and history, answering only how many were inserted. The record JSON is built by the
+    outbox's SELECT from the inserted row, so only while somebody listens
+    (`records.events_wanted`)."""
     if not rows:
         return 0
     await links.require_readable_targets(connection, ctx, obj, rows)
@@ -102,6 +103,7 @@ async def insert(
         "NULL::json",
         events=events,
         record=obj.json_expression("(s.written)"),
+        bulk=True,
     )
     found = await _run(connection, sql + " SELECT count(*) FROM ins", params, obj, rows)
     count: int = found[0][0]
@@ -118,6 +120,7 @@ def _insert_ctes(
     *,
     events: bool,
     record: str | None = None,
+    bulk: bool = False,
 ) -> str:
     """`WITH ins AS (INSERT ...), <outbox>, <history>` of `rows`; `ins` exposes id, after,
     before (NULL) and shown. With `record` (SQL over `(s.written)`, the inserted row), the
@@ -133,7 +136,7 @@ def _insert_ctes(
         f"RETURNING t.id, {after} AS after, NULL::json AS before, {shown} AS shown{written}), "
         + outbox.outbox_cte(
             "ob", "ins", obj, principal, params, action=outbox.CREATED, cause=outbox.WRITE,
-            events=events, record=record or "s.after",
+            events=events, record=record or "s.after", bulk=bulk,
         )
         + ", "
         + history.history_cte("hi", "ins", obj, principal, params, action=history.CREATED)

@@ -36,6 +36,8 @@ from crmkit.messaging import (
     RECORD_ACTION_NAMES,
     RECORD_EVENTS_STREAM,
     durable_record_consumer,
+    event_count,
+    event_payloads,
     fetch_batches,
     previous_record_json,
     subject_address,
@@ -167,7 +169,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.addressed: list[Addressed] = []
-        self._decoded: dict[int, DecodedEvent | None] = {}
+        self._decoded: dict[int, list[DecodedEvent]] = {}
         self._spans: list[trace.Span] = []
 
     def decoded(self, wanted: list[Addressed]) -> list[DecodedEvent]:
@@ -176,19 +178,25 @@ class _Batch:
             key = id(message)
             if key not in self._decoded:
                 self._decoded[key] = self._decode(message)
-            event = self._decoded[key]
-            if event is not None:
-                events.append(event)
+            events += self._decoded[key]
         return events
 
-    def _decode(self, message: Msg) -> DecodedEvent | None:
-        event = decode(message.data)
-        if event is None:
-            log.warning("skipping a message that is not a record event: %s", message.subject)
-            return None
-        span, carried = _process_span(message, event.id)
-        self._spans.append(span)
-        return replace(event, trace_context=carried)
+    def _decode(self, message: Msg) -> list[DecodedEvent]:
+        try:
+            payloads = event_payloads(message.data, message.headers)
+        except ValueError as exc:
+            log.warning("skipping an unreadable event batch on %s: %s", message.subject, exc)
+            return []
+        events: list[DecodedEvent] = []
+        for payload in payloads:
+            event = decode(payload)
+            if event is None:
+                log.warning("skipping a message that is not a record event: %s", message.subject)
+                continue
+            span, carried = _process_span(message, event.id)
+            self._spans.append(span)
+            events.append(replace(event, trace_context=carried))
+        return events
 
     def end_spans(self) -> None:
         for span in self._spans:
@@ -246,7 +254,7 @@ class Intake:
         queued = await retry_while_unavailable(
             lambda: self._route(batch), "cannot store events", log
         )
-        self._metrics.events.inc(len(batch.addressed))
+        self._metrics.events.inc(_events_in(batch.addressed))
         if queued:
             self._metrics.deliveries_queued.inc(queued)
 
@@ -269,7 +277,7 @@ class Intake:
             else:
                 version = int(await self._pool.fetchval(VERSION))
             if version == routes.version:
-                self._metrics.events_skipped.inc(len(left) - len(events))
+                self._metrics.events_skipped.inc(_events_in(left) - len(events))
                 return queued
             await self._reload_routes()
             left = [a for a in left if not routes.wants(a[0], a[1], a[2])]
@@ -293,6 +301,10 @@ class Intake:
             self._dispatcher.adopt(leased, left_due)
         queued = sum(1 for row in rows if row["id"] is not None)
         return int(rows[0]["version"]), queued
+
+
+def _events_in(addressed: list[Addressed]) -> int:
+    return sum(event_count(message.headers) for _, _, _, message in addressed)
 
 
 def _columns(events: list[DecodedEvent]) -> tuple[list[Any], ...]:

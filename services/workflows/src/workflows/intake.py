@@ -32,6 +32,8 @@ from crmkit.filters import referenced_fields
 from crmkit.messaging import (
     RECORD_ACTION_NAMES,
     durable_record_consumer,
+    event_count,
+    event_payloads,
     fetch_batches,
     previous_record_json,
     subject_address,
@@ -161,7 +163,7 @@ class Intake:
             if addressed
             else 0
         )
-        self._metrics.events.inc(len(addressed))
+        self._metrics.events.inc(sum(event_count(a[3].headers) for a in addressed))
         if queued:
             self._metrics.runs_queued.labels("record").inc(queued)
             self._on_queued()
@@ -185,11 +187,17 @@ class Intake:
         for workspace_id, object_name, action, msg in addressed:
             if (workspace_id, object_name, ACTION_TRIGGERS.get(action)) not in listening:
                 continue
-            found = decode(msg.data)
-            if found is None:
-                log.warning("skipping a message that is not a record event: %s", msg.subject)
-            else:
-                decoded.append((*found, msg))
+            try:
+                payloads = event_payloads(msg.data, msg.headers)
+            except ValueError as exc:
+                log.warning("skipping an unreadable event batch on %s: %s", msg.subject, exc)
+                continue
+            for payload in payloads:
+                found = decode(payload)
+                if found is None:
+                    log.warning("skipping a message that is not a record event: %s", msg.subject)
+                else:
+                    decoded.append((*found, msg))
         authored = {
             row["id"]: (
                 Author(row["author_user_id"], row["author_api_key_id"]),

@@ -11,7 +11,8 @@ first stored event when it is reset before its first message.
 Messages are handled one at a time in arrival order; an event whose (workspace, object, action)
 no local subscription asked for is skipped before it is decoded. JetStream drops a republished
 event inside its duplicate window; the feed also remembers the last DEDUPE_WINDOW event ids
-(`Nats-Msg-Id`), so a row the relay publishes again later is not pushed twice either.
+(`Nats-Msg-Id`, or each event's id in a batch of a bulk write), so a row the relay publishes
+again later is not pushed twice either.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 
-from crmkit.messaging import RECORD_EVENTS_STREAM, ensure_record_stream
+from crmkit.messaging import (
+    EVENT_BATCH_HEADER,
+    RECORD_EVENTS_STREAM,
+    ensure_record_stream,
+    event_payloads,
+)
 from crmkit.telemetry import extract_context
 from gateway.metrics import GatewayMetrics
 from gateway.subscriptions.events import MalformedEvent, RecordChange, decode_change
@@ -195,16 +201,37 @@ class RecordEventFeed:
             await asyncio.sleep(0)
 
     async def _dispatch(self, msg: Msg) -> bool:
-        """Hands the event to the local subscriptions that want it; whether any may have."""
+        """Hands the event (each event of a batch) to the local subscriptions that want it;
+        whether any may have."""
         parts = msg.subject.split(".")
         if len(parts) != 5 or not self._wants(parts[2], parts[3], parts[4]):
             return False
-        if self._repeated((msg.headers or {}).get(_MSG_ID)):
-            return False
+        headers = msg.headers or {}
+        if EVENT_BATCH_HEADER not in headers:
+            if self._repeated(headers.get(_MSG_ID)):
+                return False
+            return await self._dispatch_event(msg, msg.data, seen=True)
         try:
-            change = decode_change(msg.data, msg.headers)
+            payloads = event_payloads(msg.data, headers)
+        except ValueError as exc:
+            log.warning("unreadable event batch skipped", extra={"error": str(exc)})
+            return False
+        dispatched = False
+        for payload in payloads:
+            if await self._dispatch_event(msg, payload, seen=False):
+                dispatched = True
+                await asyncio.sleep(0)  # subscribers drain between a batch's events too
+        return dispatched
+
+    async def _dispatch_event(self, msg: Msg, payload: bytes, *, seen: bool) -> bool:
+        """Hands one event to the subscriptions; `seen` when its id was already checked
+        against the recent ones (a lone event's `Nats-Msg-Id`)."""
+        try:
+            change = decode_change(payload, msg.headers)
         except MalformedEvent as exc:
             log.warning("malformed record event skipped", extra={"error": str(exc)})
+            return False
+        if not seen and self._repeated(change.id):
             return False
         if change.record_omitted:
             # Rare (records near 1 MB): read inline, so this record's events stay in order.
