@@ -1,5 +1,8 @@
 """Import rate: a CSV of a 6-field object uploaded to POST /rest/imports/{object}, timed from the
-first byte sent to the job's `succeeded`, with record events off and on.
+first byte sent to the job's `succeeded`, with record events off, on with nobody listening, and
+on while somebody listens to the workspace (a webhook on another object: every event is written,
+published and read by the webhooks, workflows and gateway consumers; CPU and memory are counted
+until the consumers have read them all).
 
 Rows: BENCH_IMPORT_ROWS (default 1,000,000; 2,000 in smoke mode). Budgets (issue 21): at least
 25,000 rows/s with events off, 10,000 with events on, and no process's resident memory growing
@@ -19,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import nats
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from bench.benchlib import (
+    CREATE_WEBHOOK,
     BenchContext,
     Result,
     TreeCpu,
@@ -32,8 +37,10 @@ from bench.benchlib import (
     main_on_own_stack,
 )
 from bench.seed import signup
+from crmkit.messaging import RECORD_EVENTS_STREAM
 
 BUDGETS = {False: 25_000.0, True: 10_000.0}  # rows/s, by events on
+DRAIN_TIMEOUT = 600.0  # seconds the consumers may take to read a listened import's events
 BUDGET_GROWTH_MB = 100.0
 FIELDS = (
     ("code", "TEXT", True),
@@ -96,8 +103,46 @@ async def _csv(rows: int, tag: str) -> AsyncIterator[bytes]:
         yield "".join(lines).encode()
 
 
+async def _listen(http: aiohttp.ClientSession, headers: dict[str, str]) -> None:
+    """Somebody listens to the workspace: a webhook on people (none is imported, so it gets no
+    delivery), which makes every record event of the workspace written and published."""
+    await graphql_data(
+        http,
+        "/graphql",
+        headers,
+        CREATE_WEBHOOK,
+        {"input": {"targetUrl": "http://127.0.0.1:9/unused", "operations": ["person.created"]}},
+    )
+
+
+async def _drained(nats_url: str) -> float:
+    """Seconds until the stream stops growing and every consumer has read and acknowledged it."""
+    started = time.perf_counter()
+    client = await nats.connect(nats_url)
+    try:
+        js = client.jetstream()
+        last = -1
+        while time.perf_counter() - started < DRAIN_TIMEOUT:
+            stream = await js.stream_info(RECORD_EVENTS_STREAM)
+            consumers = await js.consumers_info(RECORD_EVENTS_STREAM)
+            settled = all(c.num_pending == 0 and c.num_ack_pending == 0 for c in consumers)
+            if settled and stream.state.last_seq == last:
+                return time.perf_counter() - started
+            last = stream.state.last_seq
+            await asyncio.sleep(0.5)
+    finally:
+        await client.close()
+    raise RuntimeError(f"the consumers did not read the events within {DRAIN_TIMEOUT:.0f} s")
+
+
 async def _import(
-    ctx: BenchContext, http: aiohttp.ClientSession, headers: dict[str, str], rows: int, events: bool
+    ctx: BenchContext,
+    http: aiohttp.ClientSession,
+    headers: dict[str, str],
+    rows: int,
+    events: bool,
+    *,
+    listened: bool = False,
 ) -> Result:
     cpu = TreeCpu(ctx.process_pids)
     memory = TreeMemory(ctx.process_pids)
@@ -107,7 +152,7 @@ async def _import(
     async with http.post(
         f"/rest/imports/items?format=csv&events={'true' if events else 'false'}",
         headers=headers,
-        data=_csv(rows, "e" if events else "q"),
+        data=_csv(rows, "l" if listened else "e" if events else "q"),
         timeout=aiohttp.ClientTimeout(total=3600),
     ) as response:
         body = orjson.loads(await response.read())
@@ -122,6 +167,11 @@ async def _import(
             break
         await asyncio.sleep(0.2)
     seconds = time.perf_counter() - started
+    drain = (
+        f"; the consumers read the events {await _drained(ctx.nats_url):.1f} s later"
+        if (listened and ctx.nats_url)
+        else ""
+    )
     used = cpu.per_request(rows)
     grown = await memory.stop()
     if job["state"] != "succeeded" or job["rowsWritten"] != rows:
@@ -129,8 +179,9 @@ async def _import(
     rate = rows / seconds
     per_row = ", ".join(f"{name} {ms * 1000:.1f}" for name, ms in used.items() if ms)
     growth = ", ".join(f"{name} +{mb:.0f}" for name, mb in grown.items())
+    listener = ", somebody listening" if listened else ""
     return Result(
-        operation=f"import: CSV, 6 fields, events {'on' if events else 'off'} (rows/s)",
+        operation=f"import: CSV, 6 fields, events {'on' if events else 'off'}{listener} (rows/s)",
         concurrency=1,
         requests=rows,
         seconds=seconds,
@@ -138,7 +189,7 @@ async def _import(
         p99_ms=0.0,
         budget=f">= {BUDGETS[events]:,.0f} rows/s, RSS < +{BUDGET_GROWTH_MB:.0f} MB",
         passed=rate >= BUDGETS[events] and max(grown.values(), default=0) < BUDGET_GROWTH_MB,
-        notes=f"{rows:,} rows, upload {uploaded:.1f} s, {job['sizeBytes']:,} bytes; "
+        notes=f"{rows:,} rows, upload {uploaded:.1f} s, {job['sizeBytes']:,} bytes{drain}; "
         f"CPU us/row: {per_row}; RSS growth MB (largest process of each part): {growth}",
         cpu_ms_per_request=used,
     )
@@ -148,7 +199,10 @@ async def run(ctx: BenchContext) -> list[Result]:
     rows = 2_000 if ctx.smoke else int(os.environ.get("BENCH_IMPORT_ROWS", "1000000"))
     async with client_session(ctx.base_url) as http:
         headers = await _workspace(http)
-        return [await _import(ctx, http, headers, rows, events) for events in (False, True)]
+        results = [await _import(ctx, http, headers, rows, events) for events in (False, True)]
+        await _listen(http, headers)
+        results.append(await _import(ctx, http, headers, rows, True, listened=True))
+        return results
 
 
 def main() -> None:
