@@ -285,6 +285,8 @@ def test_rows_that_are_not_bulk_or_alone_keep_one_message_each() -> None:
     assert [m.sequences for m in plain] == [[1], [2]]
     assert all(EVENT_BATCH_HEADER not in m.headers for m in plain)
     assert event_count(plain[0].headers) == 1
+    unbatched = messages_of([bulk(1), bulk(2)], MAX_PAYLOAD, batches=False)
+    assert [m.headers["Nats-Msg-Id"] for m in unbatched] == ["e1", "e2"]
 
 
 @pytest.mark.parametrize(

@@ -193,11 +193,13 @@ BATCH_EVENTS = 64
 BATCH_BYTES = 256 * 1024
 
 
-def messages_of(rows: Sequence[OutboxRow], max_payload: int) -> list[Message]:
+def messages_of(
+    rows: Sequence[OutboxRow], max_payload: int, *, batches: bool = True
+) -> list[Message]:
     """The JetStream messages of rows in outbox order: one per row, except that consecutive
     bulk rows of one write (same workspace, object, action and trace context; different
     records) share a message, up to BATCH_EVENTS events and BATCH_BYTES (docs/events.md,
-    "Bulk writes")."""
+    "Bulk writes"), unless `batches` is off."""
     limit = min(BATCH_BYTES, max(max_payload - _FRAMING_ALLOWANCE, 1024))
     messages: list[Message] = []
     group: list[tuple[OutboxRow, bytes]] = []
@@ -211,7 +213,7 @@ def messages_of(rows: Sequence[OutboxRow], max_payload: int) -> list[Message]:
         group.clear()
 
     for row in rows:
-        if not row.bulk:
+        if not (row.bulk and batches):
             close()
             messages.append(message_of(row, max_payload))
             continue

@@ -368,7 +368,9 @@ class OutboxRelay:
         published = [OutboxRow.of(tuple(row)[:-1]) for row in rows if row[-1]]
         if len(published) < len(rows):
             self._metrics.skipped.inc(len(rows) - len(published))
-        return messages_of(published, self._nats.max_payload)
+        return messages_of(
+            published, self._nats.max_payload, batches=self._settings.RECORD_EVENTS_BULK_BATCHES
+        )
 
     async def _ensure_stream(self) -> None:
         try:

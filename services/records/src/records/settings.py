@@ -47,6 +47,9 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # subscription; the others are marked published unpublished); `all`, every event, for
     # operators who consume the stream themselves.
     RECORD_EVENTS_PUBLISH: Literal["interested", "all"] = "interested"
+    # Whether an import's events are published several to a message (docs/events.md, "Bulk
+    # writes"); off, every event travels alone, for stream readers that do not read batches.
+    RECORD_EVENTS_BULK_BATCHES: bool = True
     # How long a write's Idempotency-Key is remembered (docs/api.md): a retry with the key within
     # it replays the first answer. Expired keys are pruned every minute.
     IDEMPOTENCY_KEY_TTL: Duration = Field(default=24 * 3600, ge=1)
