@@ -30,6 +30,7 @@ import hashlib
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
@@ -249,7 +250,7 @@ class OutboxRelay:
         self._runs += 1
         flight = InFlight(self._runs)
         self._flight = flight
-        read = {sequence for message in queue for sequence in message.sequences}  # not marked
+        read = _sequences(queue)  # read and not yet marked
         more = len(rows) == batch
         reading: asyncio.Task[list[Any]] | None = None
 
@@ -258,7 +259,7 @@ class OutboxRelay:
             more = len(rows) == batch
             messages = self._messages(rows)
             queue.extend(messages)
-            read.update(sequence for message in messages for sequence in message.sequences)
+            read.update(_sequences(messages))
 
         try:
             while True:
@@ -420,6 +421,14 @@ class OutboxRelay:
                     self._metrics.pruned.inc(deleted)
                 if deleted < _PRUNE_CHUNK:
                     break
+
+
+def _sequences(messages: Iterable[Message]) -> set[int]:
+    """The outbox sequences of messages, a batch's each (without building a list per message:
+    the relay calls this for every message it reads)."""
+    found = {message.sequence for message in messages}
+    found.update(sequence for message in messages for sequence, _ in message.rest)
+    return found
 
 
 def _publish_span(message: Message) -> tuple[trace.Span, dict[str, str]]:
