@@ -1,4 +1,4 @@
-"""The interceptors over a real loopback gRPC server: errors keep their field and reason."""
+"""The server-side call wrapper over a real loopback gRPC server: errors keep field and reason."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from crm.common.v1 import common_pb2
 from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit.errors import InvalidArgument, NotFound, PermissionDenied, from_rpc_error
 from crmkit.grpc_client import open_channel
-from crmkit.interceptors import ServerInterceptor
+from crmkit.interceptors import ServerCalls
 from crmkit.metrics import GrpcServerMetrics
 from crmstack.ports import free_port
 
@@ -44,8 +44,11 @@ class FailingRecords(records_pb2_grpc.RecordsServiceServicer):
 @pytest.fixture
 async def channel() -> AsyncIterator[tuple[grpc.aio.Channel, CollectorRegistry]]:
     registry = CollectorRegistry()
-    server = grpc.aio.server(interceptors=[ServerInterceptor(GrpcServerMetrics.create(registry))])
-    records_pb2_grpc.add_RecordsServiceServicer_to_server(FailingRecords(), server)  # type: ignore[abstract]
+    server = grpc.aio.server()
+    calls = ServerCalls(GrpcServerMetrics.create(registry))
+    records_pb2_grpc.add_RecordsServiceServicer_to_server(
+        FailingRecords(), calls.registering(server)
+    )  # type: ignore[abstract]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     client = open_channel(f"127.0.0.1:{port}", default_timeout=5)
@@ -122,6 +125,21 @@ async def test_unimplemented_methods_answer_unimplemented(
     stub = records_pb2_grpc.RecordsServiceStub(channel[0])
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.ListRecords(records_pb2.ListRecordsRequest())
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_a_method_no_service_has_answers_unimplemented(
+    channel: tuple[grpc.aio.Channel, CollectorRegistry],
+) -> None:
+    """Methods reach the servicers through generic handlers (none is registered with the
+    server): a path none of them serves is still refused as gRPC refuses it."""
+    unknown = channel[0].unary_unary(
+        "/crm.records.v1.RecordsService/NoSuchMethod",
+        request_serializer=records_pb2.GetRecordRequest.SerializeToString,
+        response_deserializer=records_pb2.RecordResponse.FromString,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await unknown(records_pb2.GetRecordRequest(id="fine"))
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 

@@ -1,8 +1,10 @@
 """The one way every gRPC service starts: `await run_service(...)` from its `serve()`.
 
-Builds the aio server with the shared interceptor, adds the servicers, the standard health
-service and reflection (names from the proto descriptors), serves /metrics on its own port,
-marks SERVING after start, and on SIGTERM/SIGINT goes NOT_SERVING, drains and stops.
+Builds the aio server, adds the servicers (each method handler wrapped by
+crmkit.interceptors.ServerCalls), the standard health service and reflection (names from the
+proto descriptors), all as generic handlers (crmkit.interceptors.Registration), serves /metrics
+on its own port, marks SERVING after start, and on SIGTERM/SIGINT goes NOT_SERVING, drains and
+stops.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from crmkit.grpc_client import channel_options
-from crmkit.interceptors import ServerInterceptor
+from crmkit.interceptors import Registration, ServerCalls
 from crmkit.metrics import GrpcServerMetrics, start_metrics_server
 from crmkit.settings import GrpcServiceSettings
 
@@ -32,7 +34,7 @@ class ServicerBinding:
     """A servicer, the generated function that adds it, and its full service name."""
 
     servicer: Any
-    add_to_server: Callable[[Any, grpc.aio.Server], None]
+    add_to_server: Callable[[Any, Any], None]  # a generated add_*Servicer_to_server
     service_name: str
 
 
@@ -72,22 +74,22 @@ async def run_service(
 ) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
     server = grpc.aio.server(
-        interceptors=[ServerInterceptor(GrpcServerMetrics.create(registry))],
         options=server_options(settings),
         maximum_concurrent_rpcs=settings.GRPC_MAX_WORKERS_CONCURRENCY,
     )
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, Registration(server))
+    calls = ServerCalls(GrpcServerMetrics.create(registry))
     for binding in runtime.bindings:
-        binding.add_to_server(binding.servicer, server)
+        binding.add_to_server(binding.servicer, calls.registering(server))
     names = [binding.service_name for binding in runtime.bindings]
-    reflection.enable_server_reflection(
-        [
-            *names,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ],
-        server,
+    reflected = [
+        *names,
+        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        reflection.SERVICE_NAME,
+    ]
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        reflection.aio.ReflectionServicer(reflected), Registration(server)
     )
     address = f"{settings.GRPC_HOST}:{settings.GRPC_PORT}"
     if server.add_insecure_port(address) == 0:

@@ -1,7 +1,8 @@
 """gRPC interceptors shared by every process.
 
-Server side: one span per call (continuing the caller's trace), metrics, and the mapping of
-exceptions to a status with google.rpc details. The client side (a deadline on every call that
+Server side (`ServerCalls`, wrapped around each method handler as servicers are added): one
+span per call (continuing the caller's trace), metrics, and the mapping of exceptions to a status
+with google.rpc details. The client side (a deadline on every call that
 has none, the current trace context in the metadata) is crmkit.grpc_client's channel.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -26,7 +27,7 @@ from crmkit.errors import (
     to_rpc_status,
     unavailable_dependency,
 )
-from crmkit.metrics import GrpcServerMetrics
+from crmkit.metrics import Children, GrpcServerMetrics
 from crmkit.outages import OutageLog
 from crmkit.telemetry import context_from_metadata, span_recordable
 
@@ -41,19 +42,27 @@ def _split_method(full_method: str) -> tuple[str, str]:
     return service, method
 
 
-class ServerInterceptor(grpc.aio.ServerInterceptor):
+class ServerCalls:
     """Spans, metrics and error mapping around every unary, client- and server-streaming handler.
 
-    The wrapped handler of each method is built once and reused (the servicers do not change
-    while the server runs); a call below an unsampled trace starts no span when nothing could
-    record it (crmkit.telemetry.span_recordable), but its trace context is still current, so
-    its logs carry the trace id.
+    Applied to each method handler as a servicer is added to the server (`registering`), not as a
+    grpc.aio server interceptor: an interceptor runs every call through an awaited lookup of its
+    handler, which cost more CPU per call than the wrapper itself (~40 us of a call's ~300 on the
+    server side, docs/benchmarks.md). Health checking and reflection are added to the server
+    directly and stay unwrapped. A call below an unsampled trace starts no span when nothing
+    could record it (crmkit.telemetry.span_recordable), but its trace context is still current,
+    so its logs carry the trace id.
     """
 
     def __init__(self, metrics: GrpcServerMetrics) -> None:
         self._metrics = metrics
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._outages: dict[str, OutageLog] = {}
+        self._outcomes = Children(metrics.requests)
+
+    def registering(self, server: grpc.aio.Server) -> Registration:
+        """What a generated `add_*Servicer_to_server` is given in place of `server`."""
+        return Registration(server, self)
 
     def _unavailable(self, dependency: str, exc: Exception) -> grpc.Status:
         """A connection-level failure of PostgreSQL or NATS: UNAVAILABLE, logged once per
@@ -69,22 +78,12 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         for outage in self._outages.values():
             outage.recovered()
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        method: str = handler_call_details.method
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """`handler` of the full `method` name with spans, metrics and error mapping (built
+        once per method)."""
         known = self._handlers.get(method)
         if known is not None:
             return known
-        handler = await continuation(handler_call_details)
-        if (
-            handler is None
-            or method.startswith("/grpc.health.")
-            or method.startswith("/grpc.reflection.")
-        ):
-            return handler
         service, name = _split_method(method)
         wrapped = handler
         if handler.unary_unary is not None:
@@ -111,7 +110,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
     def _wrap_unary(self, behavior: Behavior, method: str, service: str, name: str) -> Behavior:
         duration = self._metrics.duration.labels(service, name)
-        outcomes = _Outcomes(self._metrics, service, name)
+        outcomes = self._outcomes
         span_name = method.lstrip("/")
         attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
 
@@ -164,14 +163,14 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             finally:
                 self._metrics.in_flight.dec()
                 duration.observe(time.perf_counter() - started)
-                outcomes.count(code)
+                outcomes(service, name, code.name).inc()
                 otel_context.detach(token)
 
         return wrapper
 
     def _wrap_stream(self, behavior: Behavior, method: str, service: str, name: str) -> Behavior:
         duration = self._metrics.duration.labels(service, name)
-        outcomes = _Outcomes(self._metrics, service, name)
+        outcomes = self._outcomes
 
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             started = time.perf_counter()
@@ -195,26 +194,52 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 await context.abort(code, "internal server error")
             finally:
                 duration.observe(time.perf_counter() - started)
-                outcomes.count(code)
+                outcomes(service, name, code.name).inc()
 
         return wrapper
 
 
-class _Outcomes:
-    """The calls counter of one method, its child per status code looked up once."""
+class Registration:
+    """The server as a generated `add_*Servicer_to_server` sees it: its generic handlers, each
+    method handler wrapped by `ServerCalls.wrap` on the way in.
 
-    def __init__(self, metrics: GrpcServerMetrics, service: str, name: str) -> None:
-        self._metrics = metrics
-        self._service = service
-        self._name = name
-        self._children: dict[grpc.StatusCode, Any] = {}
+    The generated code also registers every method with the server ("registered methods").
+    That is not passed on: grpc.aio's server then keeps a pending request for each registered
+    method and waits on all of them (asyncio.wait) for every call it accepts, a cost that grows
+    with the number of methods (~35 in records: ~30k instructions a call). Calls of methods that
+    are not registered reach the generic handlers, one pending request for all.
+    """
 
-    def count(self, code: grpc.StatusCode) -> None:
-        child = self._children.get(code)
-        if child is None:
-            child = self._metrics.requests.labels(self._service, self._name, code.name)
-            self._children[code] = child
-        child.inc()
+    def __init__(self, server: grpc.aio.Server, calls: ServerCalls | None = None) -> None:
+        self._server = server
+        self._calls = calls
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        calls = self._calls
+        if calls is not None:
+            handlers = [_WrappedGenericHandler(handler, calls) for handler in handlers]
+        self._server.add_generic_rpc_handlers(tuple(handlers))
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        """Not registered (see the class): the generic handlers serve these methods."""
+
+
+class _WrappedGenericHandler(grpc.GenericRpcHandler):
+    """A generic handler (calls by an unregistered method name) answering wrapped handlers."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler, calls: ServerCalls) -> None:
+        self._inner = inner
+        self._calls = calls
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = self._inner.service(handler_call_details)
+        if handler is None:
+            return None
+        return self._calls.wrap(handler_call_details.method, handler)
 
 
 def _context_code(context: grpc.aio.ServicerContext) -> grpc.StatusCode:

@@ -8,13 +8,33 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+MetricT = TypeVar("MetricT", Counter, Gauge, Histogram)
+
+
+class Children(Generic[MetricT]):
+    """A labelled metric's children, each looked up once: prometheus_client's `labels()` takes a
+    lock and checks the values on every call, a cost every request would pay. Only for label
+    values from a fixed set (outcomes, methods, route templates): the children are kept."""
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: MetricT) -> None:
+        self._metric: MetricT = metric
+        self._children: dict[tuple[str, ...], MetricT] = {}
+
+    def __call__(self, *values: str) -> MetricT:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
 
 
 @dataclass(frozen=True)
