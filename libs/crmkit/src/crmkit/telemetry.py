@@ -19,11 +19,13 @@ from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
 TRACE_HEADERS = ("traceparent", "tracestate")
 _http_tracer = trace.get_tracer("crmkit.http")
-_server_tracer = trace.get_tracer("crmkit.server")
+_ids = RandomIdGenerator()
+_NOT_SAMPLED = trace.TraceFlags(trace.TraceFlags.DEFAULT)
 # True when configure_tracing installed the "nothing exports" provider: a span is then recorded
 # only below a sampled parent, and an unsampled one need not be started at all.
 _only_sampled_parents = False
@@ -61,12 +63,27 @@ def span_recordable(parent: otel_context.Context) -> bool:
 def unrecorded_server_context(parent: otel_context.Context) -> otel_context.Context | None:
     """The context to serve a request in when its server span could not be recorded (see
     span_recordable): the caller's trace (`parent`, from the request's headers), or a new one,
-    continued by a span that records nothing. The SDK makes that span, so its ids and flags are
-    those a full server span would carry; it needs no name, attributes or end. None when the
-    span could be recorded: the caller then makes the full server span."""
+    continued by a span that records nothing, with the ids and flags the SDK's sampler
+    (ParentBased(ALWAYS_OFF)) gives such a span: a new span id, the caller's trace id and trace
+    state or a new trace id, not sampled. Made here rather than by the SDK's start_span, whose
+    sampler and argument handling cost more than the rest of it. None when the span could be
+    recorded: the caller then makes the full server span."""
     if span_recordable(parent):
         return None
-    span = _server_tracer.start_span("unrecorded", context=parent, kind=trace.SpanKind.SERVER)
+    caller = trace.get_current_span(parent).get_span_context()
+    if caller.is_valid:
+        trace_id, state = caller.trace_id, caller.trace_state
+    else:
+        trace_id, state = _ids.generate_trace_id(), None
+    span = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id,
+            _ids.generate_span_id(),
+            is_remote=False,
+            trace_flags=_NOT_SAMPLED,
+            trace_state=state,
+        )
+    )
     return trace.set_span_in_context(span, parent)
 
 

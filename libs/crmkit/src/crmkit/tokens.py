@@ -47,6 +47,9 @@ class SecretKind(StrEnum):
     PERSONAL_ACCESS_TOKEN = "crm_pat_"  # noqa: S105  # a prefix, not a secret
 
 
+_SECRET_KINDS = tuple(SecretKind)  # iterating the enum itself costs a generator per request
+
+
 @dataclass(frozen=True)
 class Claims:
     sub: str
@@ -181,7 +184,7 @@ def new_secret_token(kind: SecretKind, credential_id: str) -> tuple[str, bytes]:
 
 def parse_secret_token(token: str) -> SecretToken | None:
     """The parts of an API key or personal access token; None when `token` is not one."""
-    for kind in SecretKind:
+    for kind in _SECRET_KINDS:
         if token.startswith(kind.value):
             rest = token[len(kind.value) :]
             hex_id, separator, secret = rest[:32], rest[32:33], rest[33:]

@@ -8,6 +8,7 @@ from crmkit.logs import configure_logging
 from crmkit.settings import load_settings
 from crmkit.telemetry import configure_tracing
 from gateway.app import create_app
+from gateway.http_protocol import GatewayHttpProtocol
 from gateway.settings import GatewaySettings
 
 
@@ -21,9 +22,13 @@ def main() -> None:
             host=settings.HOST,
             port=settings.PORT,
             loop="uvloop",
-            http="httptools",
+            http=GatewayHttpProtocol,
             log_config=None,
             access_log=False,
+            # The client's address is the peer's unless TRUSTED_PROXIES names the peer
+            # (gateway.auth.client_ip): uvicorn's own X-Forwarded-For handling would also
+            # believe any loopback peer (a sidecar proxy's clients, say) and costs a layer.
+            proxy_headers=False,
             timeout_graceful_shutdown=10,
             timeout_keep_alive=settings.HTTP_KEEPALIVE_TIMEOUT,
             # GraphQL WebSockets without permessage-deflate: a zlib context per socket (tens of

@@ -117,28 +117,34 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def _add_rest_routes(app: FastAPI, routes: RouteTable) -> None:
-    """The spec's REST table. Fixed segments come before `{id}` so `merge` and `groupBy` are
-    never read as ids."""
+    """The spec's REST table. A request is matched against the routes in order, so the records'
+    own routes come as early as precedence allows (each costs a regex match, ~0.7 us, for every
+    route before it): a fixed segment still comes before a `{object}` or `{id}` in the same
+    place (`merge` and `groupBy` are never read as ids), and routes of different lengths never
+    match the same path, so their order among each other does not matter."""
+    # two segments
     routes.add(app, "/rest/open-api", open_api, ["GET"])
     routes.add(app, "/rest/imports", imports.list_imports, ["GET"])
+    routes.add(app, "/rest/search", rest_search.search, ["GET"])
+    routes.add(app, "/rest/{object}", rest.list_records, ["GET"])
+    routes.add(app, "/rest/{object}", rest.create_record, ["POST"])
+    # three segments
     routes.add(app, "/rest/imports/{object}", imports.start_import, ["POST"])
     routes.add(app, "/rest/imports/{id}", imports.get_import, ["GET"])
-    routes.add(app, "/rest/imports/{id}/cancel", imports.cancel_import, ["POST"])
-    routes.add(app, "/rest/imports/{id}/rejections", imports.import_rejections, ["GET"])
-    routes.add(app, "/rest/search", rest_search.search, ["GET"])
     routes.add(app, "/rest/batch/{object}", rest.create_batch, ["POST"])
-    routes.add(app, "/rest/restore/{object}/{id}", rest.restore_record, ["PATCH"])
     routes.add(app, "/rest/{object}/duplicates", rest.find_duplicates, ["POST"])
     routes.add(app, "/rest/{object}/merge", rest.merge_records, ["PATCH"])
     routes.add(app, "/rest/{object}/groupBy", rest.group_records, ["GET"])
-    routes.add(app, "/rest/{object}/{id}/history", rest_history.record_history, ["GET"])
-    routes.add(app, "/rest/exports/{id}/download", rest_export.download_export, ["GET"])
     routes.add(app, "/rest/{object}/export", rest_export.export_records, ["GET"])
     routes.add(app, "/rest/{object}/{id}", rest.get_record, ["GET"])
     routes.add(app, "/rest/{object}/{id}", rest.update_record, ["PATCH"])
     routes.add(app, "/rest/{object}/{id}", rest.delete_record, ["DELETE"])
-    routes.add(app, "/rest/{object}", rest.list_records, ["GET"])
-    routes.add(app, "/rest/{object}", rest.create_record, ["POST"])
+    # four segments
+    routes.add(app, "/rest/imports/{id}/cancel", imports.cancel_import, ["POST"])
+    routes.add(app, "/rest/imports/{id}/rejections", imports.import_rejections, ["GET"])
+    routes.add(app, "/rest/restore/{object}/{id}", rest.restore_record, ["PATCH"])
+    routes.add(app, "/rest/exports/{id}/download", rest_export.download_export, ["GET"])
+    routes.add(app, "/rest/{object}/{id}/history", rest_history.record_history, ["GET"])
 
 
 def create_app(settings: GatewaySettings) -> FastAPI:
@@ -230,10 +236,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     _install_error_handlers(app)
     routes = RouteTable()
-    routes.add(app, "/healthz", healthz, ["GET"])
-    routes.add(app, "/livez", livez, ["GET"])
-    routes.add(app, "/readyz", readyz, ["GET"])
-    install_auth(app, routes, settings)
+    # The API's own endpoints first (GraphQL, then REST): every request is matched in order.
     development = settings.is_development
     documents = DocumentCache()  # parsed and validated GraphQL documents, for every schema
     schemas = WorkspaceSchemas(
@@ -248,6 +251,11 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     routes.add_websocket(
         app, "/graphql", graphql_websocket_endpoint(WorkspaceSchemaSource(schemas))
     )
+    _add_rest_routes(app, routes)
+    routes.add(app, "/healthz", healthz, ["GET"])
+    routes.add(app, "/livez", livez, ["GET"])
+    routes.add(app, "/readyz", readyz, ["GET"])
+    install_auth(app, routes, settings)
     routes.add(
         app,
         "/metadata",
@@ -257,7 +265,6 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         ),
         ["GET", "POST"],
     )
-    _add_rest_routes(app, routes)
     app.add_middleware(BodySizeLimitMiddleware, limits=BodyLimits.of(settings))
     app.add_middleware(
         ResponseMiddleware,

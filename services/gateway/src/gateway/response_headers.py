@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crmkit.metrics import Children
 from gateway.metrics import GatewayMetrics
 from gateway.routing import RouteTable
 
@@ -33,10 +33,8 @@ class ResponseMiddleware:
         self.sources = tuple(sources)
         self.metrics = metrics
         self.routes = routes
-        # Label children by (route, method[, status]): prometheus_client's labels() takes a lock
-        # and validates the names on every call.
-        self._durations: dict[tuple[str, str], Histogram] = {}
-        self._requests: dict[tuple[str, str, int], Counter] = {}
+        self._durations = Children(metrics.http_duration)
+        self._requests = Children(metrics.http_requests)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,13 +61,5 @@ class ResponseMiddleware:
     def _observe(self, scope: Scope, status: int, seconds: float) -> None:
         template = self.routes.template(scope)
         method: str = scope["method"]
-        duration = self._durations.get((template, method))
-        if duration is None:
-            duration = self.metrics.http_duration.labels(template, method)
-            self._durations[(template, method)] = duration
-        duration.observe(seconds)
-        requests = self._requests.get((template, method, status))
-        if requests is None:
-            requests = self.metrics.http_requests.labels(template, method, str(status))
-            self._requests[(template, method, status)] = requests
-        requests.inc()
+        self._durations(template, method).observe(seconds)
+        self._requests(template, method, str(status)).inc()

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from crm.common.v1 import common_pb2
 from crm.identity.v1 import identity_pb2, identity_pb2_grpc
 from crmkit.errors import ServiceError, Unauthenticated, from_rpc_error
+from crmkit.metrics import Children
 from crmkit.outages import OutageLog
 from crmkit.tokens import (
     Claims,
@@ -86,7 +87,8 @@ class CredentialVerifier:
         self._secret = app_secret
         self._redis = redis
         self._auth = auth
-        self._metrics = metrics
+        self._lookups = Children(metrics.revocation_checks) if metrics is not None else None
+        self._checks = Children(metrics.credential_checks) if metrics is not None else None
         self._verified = verified if verified is not None else VerifiedTokens()
         self._outage = OutageLog(
             "redis (credential cache; identity answers)",
@@ -226,9 +228,9 @@ class CredentialVerifier:
         return principal
 
     def _count_lookup(self, result: str) -> None:
-        if self._metrics is not None:
-            self._metrics.revocation_checks.labels(result).inc()
+        if self._lookups is not None:
+            self._lookups(result).inc()
 
     def _count(self, source: str, outcome: str) -> None:
-        if self._metrics is not None:
-            self._metrics.credential_checks.labels(source, outcome).inc()
+        if self._checks is not None:
+            self._checks(source, outcome).inc()

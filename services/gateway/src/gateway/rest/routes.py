@@ -38,7 +38,7 @@ JSON = "application/json"
 class Target:
     """The request's principal, state and object, resolved once."""
 
-    __slots__ = ("model", "obj", "principal", "state")
+    __slots__ = ("_metadata", "model", "obj", "principal", "state")
 
     def __init__(
         self,
@@ -51,10 +51,14 @@ class Target:
         self.principal = principal
         self.model = model
         self.obj = obj
+        self._metadata: list[tuple[str, str | bytes]] | None = None
 
     @property
     def metadata(self) -> list[tuple[str, str | bytes]]:
-        return self.state.principals.metadata(self.principal)
+        """The signed principal for upstream calls (signed once per request)."""
+        if self._metadata is None:
+            self._metadata = self.state.principals.metadata(self.principal)
+        return self._metadata
 
     def ref(self) -> records_pb2.ObjectRef:
         return records_pb2.ObjectRef(object=self.obj.singular, metadata_version=self.model.version)

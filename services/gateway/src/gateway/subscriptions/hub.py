@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from crmkit.metrics import Children
 from gateway.metrics import GatewayMetrics
 from gateway.subscriptions.events import RecordChange
 
@@ -104,6 +105,7 @@ class EventSubscription:
 class SubscriptionHub:
     def __init__(self, metrics: GatewayMetrics, queue_size: int) -> None:
         self._metrics = metrics
+        self._events = Children(metrics.subscription_events)
         self._queue_size = queue_size
         self._index: dict[Key, set[EventSubscription]] = {}
         self._count = 0
@@ -174,11 +176,10 @@ class SubscriptionHub:
             subscription.close()
             self._metrics.subscription_overflows.inc()
             subscription.on_overflow(subscription)
-        events = self._metrics.subscription_events
         if queued:
-            events.labels("queued").inc(queued)
+            self._events("queued").inc(queued)
         if skipped:
-            events.labels("skipped").inc(skipped)
+            self._events("skipped").inc(skipped)
         if overflowed:
-            events.labels("dropped").inc(len(overflowed))
+            self._events("dropped").inc(len(overflowed))
         return queued
