@@ -14,11 +14,11 @@ CPU per request is the number budgeted (it moves far less with the machine's loa
 a create at most 1.3x a list's, each GraphQL row at most 1.3x its REST counterpart's. The
 ratios to Directus are `make bench-peer` (bench/peer.py).
 
-The rows run interleaved, in rounds (`measure_rounds`): each round runs every row for a few
-seconds, and a row's figures are the sum over its rounds. On a shared 2-core VM the speed drifts
-by tens of percent over minutes; one long window per row put that drift between the rows that a
-budget compares. The lists read one workspace and the creates write another, so the lists are
-compared on the same 1,200 people in every round.
+The rows run interleaved, in rounds (`interleaved`): each round runs every row for a few seconds,
+in turn forwards and backwards, and a row's figures are the sum over its rounds. On a shared 2-core
+VM the speed drifts by tens of percent over minutes; one long window per row put that drift between
+the rows that a budget compares. The lists read one workspace and the creates write another, so the
+lists are compared on the same 1,200 people in every round.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import secrets
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -292,21 +292,21 @@ async def prepare_keys(base_url: str) -> Keys:
     return Keys(reads=await prepare(base_url), writes=await prepare(base_url))
 
 
-def _merged(workload: Workload, rounds: Sequence[Result]) -> Result:
+def merged(name: str, rounds: Sequence[Result]) -> Result:
     """One row from its rounds: requests, seconds and CPU summed; p50 and p99 the median of the
     rounds'; each round's CPU total in the notes, so the drift is seen."""
     requests = sum(r.requests for r in rounds)
-    parts = dict.fromkeys(name for r in rounds for name in r.cpu_ms_per_request)  # in order
+    parts = dict.fromkeys(part for r in rounds for part in r.cpu_ms_per_request)  # in order
     spent = {
-        name: sum(r.cpu_ms_per_request.get(name, 0.0) * r.requests for r in rounds)
-        for name in parts
+        part: sum(r.cpu_ms_per_request.get(part, 0.0) * r.requests for r in rounds)
+        for part in parts
     }
-    cpu = {name: round(ms / requests, 3) if requests else 0.0 for name, ms in spent.items()}
+    cpu = {part: round(ms / requests, 3) if requests else 0.0 for part, ms in spent.items()}
     totals = ", ".join(f"{r.cpu_ms_per_request.get('total', 0.0):.2f}" for r in rounds)
     first = rounds[0]
     return Result(
-        operation=workload.name,
-        concurrency=CONNECTIONS,
+        operation=name,
+        concurrency=first.concurrency,
         requests=requests,
         seconds=sum(r.seconds for r in rounds),
         p50_ms=statistics.median(r.p50_ms for r in rounds),
@@ -318,23 +318,54 @@ def _merged(workload: Workload, rounds: Sequence[Result]) -> Result:
     )
 
 
-async def measure_rounds(
-    ctx: BenchContext, keys: Keys, workloads: Sequence[Workload], seconds: float, rounds: int
-) -> dict[str, Result]:
-    """Every workload `rounds` times, interleaved, `seconds` in all per workload; merged rows by
-    workload key, in the order given."""
-    measured: dict[str, list[Result]] = {workload.key: [] for workload in workloads}
-    for number in range(1, rounds + 1):
-        for workload in workloads:
-            async with ctx.profile(f"throughput.{workload.key}.{number}"):
-                result = await measure(ctx, keys.for_row(workload), workload, seconds / rounds)
-            measured[workload.key].append(result)
+@dataclass(frozen=True)
+class Row:
+    """A row measured in rounds: `measure(seconds, round)` runs its load once."""
+
+    key: str
+    name: str
+    measure: Callable[[float, int], Awaitable[Result]]
+
+
+async def interleaved(
+    rows: Sequence[Row], seconds: float, rounds: int, warmup: float = 0.0
+) -> tuple[dict[str, Result], dict[str, list[Result]]]:
+    """Every row `rounds` times, `seconds` in all per row, in rounds that run each row once, in
+    the given order and then reversed: on a shared VM the speed drifts by tens of percent over
+    minutes, and rows compared by a budget must meet the same drift. With `warmup`, each row
+    first runs that long unmeasured (a JIT, caches, a connection pool's growth). Answers the
+    merged rows by key, in the order given, and each row's rounds."""
+    if warmup > 0:
+        for row in rows:
+            result = await row.measure(warmup, 0)
             print(
-                f"  round {number}/{rounds} {result.operation}: "
-                f"{result.requests_per_second:.0f}/s, cpu ms/request {result.cpu_ms_per_request}",
+                f"  warm-up {row.name}: {result.requests_per_second:.0f}/s (not counted)",
                 flush=True,
             )
-    return {workload.key: _merged(workload, measured[workload.key]) for workload in workloads}
+    measured: dict[str, list[Result]] = {row.key: [] for row in rows}
+    for number in range(1, rounds + 1):
+        for row in rows if number % 2 else list(reversed(rows)):
+            result = await row.measure(seconds / rounds, number)
+            measured[row.key].append(result)
+            print(
+                f"  round {number}/{rounds} {row.name}: {result.requests_per_second:.0f}/s, "
+                f"cpu ms/request {result.cpu_ms_per_request}",
+                flush=True,
+            )
+    return {row.key: merged(row.name, measured[row.key]) for row in rows}, measured
+
+
+def project_rows(ctx: BenchContext, keys: Keys, workloads: Sequence[Workload]) -> list[Row]:
+    """The project's workloads as rows of `interleaved`, each round profiled on its own."""
+
+    def row(workload: Workload) -> Row:
+        async def measure_once(seconds: float, number: int) -> Result:
+            async with ctx.profile(f"throughput.{workload.key}.{number}"):
+                return await measure(ctx, keys.for_row(workload), workload, seconds)
+
+        return Row(workload.key, workload.name, measure_once)
+
+    return [row(workload) for workload in workloads]
 
 
 async def run(ctx: BenchContext) -> list[Result]:
@@ -343,8 +374,8 @@ async def run(ctx: BenchContext) -> list[Result]:
     print(f"  two workspaces of {PEOPLE} people: one for the lists, one for creates", flush=True)
     keys = await prepare_keys(ctx.base_url)
     chosen = [w for w in ROWS if ctx.select is None or w.key in ctx.select]
-    merged = await measure_rounds(ctx, keys, chosen, seconds, rounds)
-    rows = {result.operation: result for result in merged.values()}
+    measured, _ = await interleaved(project_rows(ctx, keys, chosen), seconds, rounds)
+    rows = {result.operation: result for result in measured.values()}
     for row in rows.values():
         print(
             f"  {row.operation} c={CONNECTIONS}: {row.requests_per_second:.0f}/s "

@@ -3,16 +3,22 @@
     .venv/bin/python bench/peer.py                 # 20 s per workload, as shared/peers/load.sh
     .venv/bin/python bench/peer.py --seconds 10    # shorter
     .venv/bin/python bench/peer.py --no-peer       # the project's rows alone
+    .venv/bin/python bench/peer.py --rounds 8      # each row's seconds in 8 rounds (default 4)
 
 The peer is the harness in `shared/peers/` (PEER_HARNESS names its folder; by default the first
 `shared/peers` beside the checkout or one level up): `directus.sh setup` installs Directus from
-the npm registry under DIRECTUS_HOME (default /tmp/directus-peer, outside the repository; minutes
-the first time, seconds after), on the machine's PostgreSQL (PG_HOST/PG_PORT, default
+the npm registry under DIRECTUS_HOME (default /tmp/directus-peer, outside the repository;
+minutes the first time, seconds after), on the machine's PostgreSQL (PG_HOST/PG_PORT, default
 127.0.0.1:5432). Both get the same data set (1,200 people, one in ten an Engineer) and the same
-two wrk workloads as `load.sh` (c16, a filtered list of 20 and a create with a unique email); the
-project also gets them through GraphQL. CPU per request is read per process from /proc: every
-process of the project's stack, and for Directus its node process plus the PostgreSQL backends of
-its database and PostgreSQL's own auxiliary processes.
+two wrk workloads as `load.sh` (c16, a filtered list of 20 and a create with a unique email);
+the project also gets them through GraphQL. The six rows run interleaved (bench_throughput's
+`interleaved`): each round runs every row once, Directus's list beside the project's lists and
+its create beside the project's creates, forwards then backwards, with Directus running
+throughout; so the speed a shared VM drifts by over minutes reaches both sides of a ratio alike
+(measured one after the other, the project's rows ran on a machine up to 40% faster or slower
+than Directus's had). The rate budgets also print each round's ratio. CPU per request is read
+per process from /proc: every process of the project's stack, and for Directus its node process
+plus the PostgreSQL backends of its database and PostgreSQL's own auxiliary processes.
 
 Prints each row, then the ratios against the issue-18 budgets: REST create >= 6x Directus's
 creates/s, REST list >= 4x its lists/s, CPU per create <= 1.3x CPU per list, GraphQL within 1.3x
@@ -120,67 +126,119 @@ class DirectusCpu(TreeCpu):
         self.roots["postgres"] = [row["pid"] for row in rows]
 
 
-async def directus_rows(seconds: float) -> list[Row]:
-    home = Path(os.environ.get("DIRECTUS_HOME", "/tmp/directus-peer"))  # noqa: S108 (the harness's)
-    node_pid = int((home / "pid").read_text())
+def directus_database_url() -> str:
     env = os.environ.get
-    pg = (
+    return (
         f"postgresql://{env('PG_USER', 'postgres')}@{env('PG_HOST', '127.0.0.1')}:"
         f"{env('PG_PORT', '5432')}/directus"
     )
-    rows = []
-    for kind, request in (
-        ("list", wrk.Request(DIRECTUS_LIST, DIRECTUS_TOKEN)),
-        ("create", wrk.Request("/items/people", DIRECTUS_TOKEN, DIRECTUS_CREATE_BODY)),
-    ):
-        meter = DirectusCpu(node_pid, pg)
-        await meter.refresh()
-        meter.start()
-        run = await wrk.run(DIRECTUS_BASE, request, connections=16, seconds=seconds)
-        await meter.refresh()
-        cpu = meter.per_request(run.requests)
-        rows.append(
-            Row(
-                f"directus {kind}",
-                run.rate,
-                run.p50_ms,
-                run.p99_ms,
-                run.non2xx + run.socket_errors,
-                cpu,
+
+
+def directus_rows() -> list[throughput.Row]:
+    """Directus's two workloads as rows of `throughput.interleaved` (Directus started)."""
+    home = Path(os.environ.get("DIRECTUS_HOME", "/tmp/directus-peer"))  # noqa: S108 (the harness's)
+    node_pid = int((home / "pid").read_text())
+    database_url = directus_database_url()
+
+    def row(kind: str, request: wrk.Request) -> throughput.Row:
+        async def measure_once(seconds: float, number: int) -> Result:
+            meter = DirectusCpu(node_pid, database_url)
+            await meter.refresh()
+            meter.start()
+            run = await wrk.run(DIRECTUS_BASE, request, connections=16, seconds=seconds)
+            await meter.refresh()
+            return Result(
+                operation=f"Directus {kind}",
+                concurrency=16,
+                requests=run.requests,
+                seconds=run.seconds,
+                p50_ms=run.p50_ms,
+                p99_ms=run.p99_ms,
+                errors=run.non2xx + run.socket_errors,
+                notes=f"wrk -t{wrk.THREADS} -c16",
+                cpu_ms_per_request=meter.per_request(run.requests),
             )
-        )
-        print(rows[-1].line(), flush=True)
-    return rows
+
+        return throughput.Row(f"directus {kind}", f"Directus {kind}", measure_once)
+
+    return [
+        row("list", wrk.Request(DIRECTUS_LIST, DIRECTUS_TOKEN)),
+        row("create", wrk.Request("/items/people", DIRECTUS_TOKEN, DIRECTUS_CREATE_BODY)),
+    ]
 
 
-async def project_rows(ctx: BenchContext, seconds: float) -> tuple[list[Row], list[Result]]:
+# Before the measured rounds, each row runs this long uncounted: Directus starts with a cold
+# JavaScript JIT, the project with cold caches and pools.
+WARMUP_SECONDS = 3.0
+
+# The row name of each measured row, in the order a round runs them: each budget's two rows side
+# by side (Directus's list beside the project's, then the creates).
+PROJECT_NAMES = {
+    throughput.REST_LIST_ROW.key: "project list",
+    throughput.GRAPHQL_LIST_ROW.key: "project graphql list",
+    throughput.REST_CREATE_ROW.key: "project create",
+    throughput.GRAPHQL_CREATE_ROW.key: "project graphql create",
+}
+ORDER = (
+    "directus list",
+    throughput.REST_LIST_ROW.key,
+    throughput.GRAPHQL_LIST_ROW.key,
+    "directus create",
+    throughput.REST_CREATE_ROW.key,
+    throughput.GRAPHQL_CREATE_ROW.key,
+)
+
+
+def _row(name: str, result: Result) -> Row:
+    return Row(
+        name,
+        result.requests_per_second,
+        result.p50_ms,
+        result.p99_ms,
+        result.errors,
+        result.cpu_ms_per_request,
+    )
+
+
+async def measure_all(
+    ctx: BenchContext, seconds: float, rounds: int, peer: bool
+) -> tuple[list[Row], list[Result], dict[str, list[Result]]]:
+    """The project's four rows and (with `peer`) Directus's two, interleaved in `rounds`
+    rounds of `seconds / rounds` per row, Directus running throughout."""
     keys = await throughput.prepare_keys(ctx.base_url)
-    names = {
-        throughput.REST_LIST_ROW.key: "project list",
-        throughput.REST_CREATE_ROW.key: "project create",
-        throughput.GRAPHQL_LIST_ROW.key: "project graphql list",
-        throughput.GRAPHQL_CREATE_ROW.key: "project graphql create",
-    }
-    rounds = throughput.FULL_ROUNDS if seconds >= throughput.FULL_SECONDS else 1
-    merged = await throughput.measure_rounds(ctx, keys, throughput.ROWS, seconds, rounds)
-    rows, results = [], []
-    for key, result in merged.items():
-        results.append(result)
-        rows.append(
-            Row(
-                names[key],
-                result.requests_per_second,
-                result.p50_ms,
-                result.p99_ms,
-                result.errors,
-                result.cpu_ms_per_request,
-            )
-        )
-        print(rows[-1].line(), flush=True)
-    return rows, results
+    measured_rows = throughput.project_rows(ctx, keys, throughput.ROWS)
+    if peer:
+        directus("setup")
+        directus("start")
+    try:
+        if peer:
+            directus("seed", N=str(throughput.PEOPLE))
+            measured_rows += directus_rows()
+        by_key = {row.key: row for row in measured_rows}
+        ordered = [by_key[key] for key in ORDER if key in by_key]
+        merged, per_round = await throughput.interleaved(ordered, seconds, rounds, WARMUP_SECONDS)
+    finally:
+        if peer:
+            directus("stop")
+    rows = [_row(PROJECT_NAMES.get(key, key), result) for key, result in merged.items()]
+    results = [result for key, result in merged.items() if key in PROJECT_NAMES]
+    rounds_by_name = {PROJECT_NAMES.get(key, key): found for key, found in per_round.items()}
+    return rows, results, rounds_by_name
 
 
-def verdicts(rows: dict[str, Row]) -> tuple[list[str], bool]:
+def round_ratios(rounds: dict[str, list[Result]], top: str, bottom: str) -> str:
+    """The rate ratio of two rows in each round (they ran side by side in it)."""
+    pairs = zip(rounds.get(top, []), rounds.get(bottom, []), strict=False)
+    return " ".join(
+        f"{a.requests_per_second / b.requests_per_second:.2f}x"
+        for a, b in pairs
+        if b.requests_per_second
+    )
+
+
+def verdicts(
+    rows: dict[str, Row], rounds: dict[str, list[Result]] | None = None
+) -> tuple[list[str], bool]:
     lines, ok = [], True
     for label, top, bottom, what, budget, at_least in BUDGETS:
         if top not in rows or bottom not in rows:
@@ -194,8 +252,10 @@ def verdicts(rows: dict[str, Row]) -> tuple[list[str], bool]:
         passed = ratio >= budget if at_least else ratio <= budget
         ok = ok and passed
         sign = ">=" if at_least else "<="
+        each = round_ratios(rounds or {}, top, bottom) if what == "rate" else ""
         lines.append(
             f"{label:<36} {ratio:>6.2f}x  budget {sign} {budget:g}x  {'pass' if passed else 'FAIL'}"
+            + (f"  (rounds: {each})" if each else "")
         )
     for kind in ("list", "create"):
         mine, theirs = rows.get(f"project {kind}"), rows.get(f"directus {kind}")
@@ -207,25 +267,15 @@ def verdicts(rows: dict[str, Row]) -> tuple[list[str], bool]:
     return lines, ok
 
 
-async def measure_all(
-    ctx: BenchContext, seconds: float, peer: bool
-) -> tuple[list[Row], list[Result]]:
-    rows: list[Row] = []
-    if peer:
-        directus("setup")
-        directus("start")
-        try:
-            directus("seed", N=str(throughput.PEOPLE))
-            rows += await directus_rows(seconds)
-        finally:
-            directus("stop")
-    mine, results = await project_rows(ctx, seconds)
-    return rows + mine, results
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="the project beside Directus 12.4 (issue 18)")
     parser.add_argument("--seconds", type=float, default=20.0, help="per workload (load.sh: 20)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=throughput.FULL_ROUNDS,
+        help="rounds each row's seconds are split into, every row once per round",
+    )
     parser.add_argument("--no-peer", action="store_true", help="the project's rows only")
     parser.add_argument("--enforce-budgets", action="store_true", help="exit 1 on a FAIL")
     args = parser.parse_args()
@@ -234,6 +284,7 @@ def main() -> None:
     description: dict[str, Any] = machine(False, SMOKE, True)
     description["data_set"] = {"people": throughput.PEOPLE}
     description["client"] = f"wrk -t{wrk.THREADS} -c{throughput.CONNECTIONS}"
+    description["rounds"] = args.rounds
     data_dir = Path(tempfile.mkdtemp(prefix="crm-peer-"))
     stack = Stack(
         StackConfig(data_dir=data_dir, app_secret=secrets.token_urlsafe(48), extra_env=BENCH_ENV)
@@ -254,12 +305,14 @@ def main() -> None:
             nats_url=stack.env["NATS_URL"],
             process_pids=stack_processes(stack),
         )
-        rows, results = uvloop.run(measure_all(ctx, args.seconds, not args.no_peer))
+        rows, results, rounds = uvloop.run(
+            measure_all(ctx, args.seconds, max(1, args.rounds), not args.no_peer)
+        )
     finally:
         stack.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
     description["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    lines, ok = verdicts({row.name: row for row in rows})
+    lines, ok = verdicts({row.name: row for row in rows}, rounds)
     text = "\n".join(
         [
             f"{description['cpu']}, {description['cores']} cores, load average "
