@@ -28,12 +28,14 @@ of REST's CPU. Writes bench/results/peer.json and peer.txt. Not part of `make te
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +136,24 @@ def directus_database_url() -> str:
     )
 
 
+async def vacuumed(database_url: str, timeout: float = 120.0) -> None:
+    """Waits until no autovacuum worker runs on Directus's database: as the project's rows wait
+    for their own (bench/settle.py), so neither side's writes are vacuumed during the other's
+    next row."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not await connection.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE backend_type = 'autovacuum worker' AND datname = current_database()"
+            ):
+                return
+            await asyncio.sleep(0.5)
+    finally:
+        await connection.close()
+
+
 def directus_rows() -> list[throughput.Row]:
     """Directus's two workloads as rows of `throughput.interleaved` (Directus started)."""
     home = Path(os.environ.get("DIRECTUS_HOME", "/tmp/directus-peer"))  # noqa: S108 (the harness's)
@@ -147,6 +167,7 @@ def directus_rows() -> list[throughput.Row]:
             meter.start()
             run = await wrk.run(DIRECTUS_BASE, request, connections=16, seconds=seconds)
             await meter.refresh()
+            await vacuumed(database_url)
             return Result(
                 operation=f"Directus {kind}",
                 concurrency=16,

@@ -32,6 +32,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.coalesced_writes import CoalescedWrites
+
 Reply = int | bytes | None | ResponseError | list["Reply"]
 
 CRLF = b"\r\n"
@@ -102,7 +104,12 @@ class _Pipeline(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
+        # The commands of requests that reach Redis in one step of the loop go in one write
+        # (and come back in one read): a system call and a TCP segment fewer each.
+        coalesced: Any = CoalescedWrites(
+            cast(asyncio.Transport, transport), asyncio.get_running_loop()
+        )
+        self._transport = coalesced
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
