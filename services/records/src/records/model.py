@@ -183,7 +183,7 @@ class ObjectModel:
                 if item.key != item.name:
                     self.by_name[item.key] = item
 
-    @property
+    @cached_property
     def table(self) -> str:
         return f"{quote(self.schema)}.{quote(self.name_singular)}"
 
@@ -211,6 +211,16 @@ class ObjectModel:
             for item in self.stored_fields
             if item.name not in TIMESTAMP_FIELDS and item.name != "deletedAt"
         ]
+
+    @cached_property
+    def column_types(self) -> dict[str, str]:
+        """The SQL type of each stored column, by column name."""
+        return {c.name: c.sql_type for item in self.stored_fields for c in item.columns}
+
+    @cached_property
+    def insert_columns(self) -> list[str]:
+        """The columns a create sets: those of the writable fields, in order."""
+        return [column.name for item in self.writable_fields for column in item.columns]
 
     @cached_property
     def many_to_one(self) -> list[FieldModel]:

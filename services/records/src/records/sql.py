@@ -7,11 +7,13 @@ bound parameters ($n), never spliced into the text.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 _SAFE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
+@lru_cache(maxsize=8192)  # the names of objects, fields and schemas: a create quotes ~20
 def quote(identifier: str) -> str:
     """A double-quoted identifier; refuses anything that is not a plain name."""
     if not _SAFE_IDENTIFIER.match(identifier):

@@ -25,7 +25,7 @@ from records.inputs import Prepared
 from records.model import FieldModel, ObjectModel
 from records.predicates import owner_predicate
 from records.sql import Params, quote
-from records.writes import _CHANGED, NOW, _insert_columns, _recordset, _run
+from records.writes import _CHANGED, NOW, _recordset, _run
 
 
 @dataclass
@@ -192,7 +192,7 @@ async def _upsert(
     events: bool,
     bulk: bool,
 ) -> list[Any]:
-    columns = _insert_columns(obj)
+    columns = obj.insert_columns
     params = Params()
     payload = params.add([row.columns for row in rows], "json")
     old_ids = params.add(matched, "uuid[]")

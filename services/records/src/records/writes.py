@@ -36,12 +36,8 @@ class Written:
 
 
 def _recordset(obj: ObjectModel, columns: Sequence[str]) -> str:
-    types = {c.name: c.sql_type for item in obj.stored_fields for c in item.columns}
+    types = obj.column_types
     return ", ".join(f"{quote(name)} {types[name]}" for name in columns)
-
-
-def _insert_columns(obj: ObjectModel) -> list[str]:
-    return [column.name for item in obj.writable_fields for column in item.columns]
 
 
 def create_statement(
@@ -125,7 +121,7 @@ def _insert_ctes(
     """`WITH ins AS (INSERT ...), <outbox>, <history>` of `rows`; `ins` exposes id, after,
     before (NULL) and shown. With `record` (SQL over `(s.written)`, the inserted row), the
     outbox's record is built from it instead of from `after`."""
-    columns = _insert_columns(obj)
+    columns = obj.insert_columns
     written = ", t AS written" if record is not None else ""
     payload = params.add([row.columns for row in rows], "json")
     column_list = ", ".join(quote(c) for c in columns)
