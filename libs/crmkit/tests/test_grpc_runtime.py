@@ -15,8 +15,8 @@ from crm.common.v1 import common_pb2
 from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit.errors import InvalidArgument, NotFound, PermissionDenied, from_rpc_error
 from crmkit.grpc_client import open_channel
-from crmkit.interceptors import ServerCalls
 from crmkit.metrics import GrpcServerMetrics
+from crmkit.server_calls import ServerCalls
 from crmstack.ports import free_port
 
 
@@ -46,9 +46,8 @@ async def channel() -> AsyncIterator[tuple[grpc.aio.Channel, CollectorRegistry]]
     registry = CollectorRegistry()
     server = grpc.aio.server()
     calls = ServerCalls(GrpcServerMetrics.create(registry))
-    records_pb2_grpc.add_RecordsServiceServicer_to_server(
-        FailingRecords(), calls.registering(server)
-    )  # type: ignore[abstract]
+    servicer = FailingRecords()  # type: ignore[abstract]
+    records_pb2_grpc.add_RecordsServiceServicer_to_server(servicer, calls.registering(server))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     client = open_channel(f"127.0.0.1:{port}", default_timeout=5)

@@ -1,8 +1,8 @@
 """Errors that cross gRPC: a status code plus google.rpc details (BadRequest, ErrorInfo).
 
-Services raise ServiceError subclasses; the server interceptor turns them into a status with
-details. Clients turn an AioRpcError back into the same ServiceError with `from_rpc_error`, so the
-gateway maps one type to REST and GraphQL in one place.
+Services raise ServiceError subclasses; the server's call wrapper (crmkit.server_calls) turns them
+into a status with details. Clients turn an AioRpcError back into the same ServiceError with
+`from_rpc_error`, so the gateway maps one type to REST and GraphQL in one place.
 """
 
 from __future__ import annotations

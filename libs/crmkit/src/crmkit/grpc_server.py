@@ -1,8 +1,8 @@
 """The one way every gRPC service starts: `await run_service(...)` from its `serve()`.
 
 Builds the aio server, adds the servicers (each method handler wrapped by
-crmkit.interceptors.ServerCalls), the standard health service and reflection (names from the
-proto descriptors), all as generic handlers (crmkit.interceptors.Registration), serves /metrics
+crmkit.server_calls.ServerCalls), the standard health service and reflection (names from the
+proto descriptors), all as generic handlers (crmkit.server_calls.Registration), serves /metrics
 on its own port, marks SERVING after start, and on SIGTERM/SIGINT goes NOT_SERVING, drains and
 stops.
 """
@@ -22,8 +22,8 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from crmkit.grpc_client import channel_options
-from crmkit.interceptors import Registration, ServerCalls
 from crmkit.metrics import GrpcServerMetrics, start_metrics_server
+from crmkit.server_calls import Registration, ServerCalls
 from crmkit.settings import GrpcServiceSettings
 
 log = logging.getLogger("crmkit.server")

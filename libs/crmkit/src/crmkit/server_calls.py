@@ -1,9 +1,8 @@
-"""gRPC interceptors shared by every process.
-
-Server side (`ServerCalls`, wrapped around each method handler as servicers are added): one
-span per call (continuing the caller's trace), metrics, and the mapping of exceptions to a status
-with google.rpc details. The client side (a deadline on every call that
-has none, the current trace context in the metadata) is crmkit.grpc_client's channel.
+"""What every gRPC server does around each call: one span per call (continuing the caller's
+trace), metrics, and the mapping of exceptions to a status with google.rpc details, wrapped
+around each method handler as servicers are added (`ServerCalls`, `Registration`). The client
+side (a deadline on every call that has none, the current trace context in the metadata) is
+crmkit.grpc_client's channel.
 """
 
 from __future__ import annotations
