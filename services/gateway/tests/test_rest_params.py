@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from starlette.requests import Request
 
 from crm.common.v1 import common_pb2
 from crmkit.errors import InvalidArgument
@@ -18,6 +19,7 @@ from gateway.rest.params import (
     UnknownField,
     parse_params,
 )
+from gateway.rest.routes import Target
 
 ID = "11111111-1111-1111-1111-111111111111"
 
@@ -190,3 +192,34 @@ def test_get_and_group_parameters(model: DataModel) -> None:
             [("field", "jobTitle"), ("limit", "1001")], model, person, allowed=GROUP_PARAMS
         )
     assert caught.value.field == "limit"
+
+
+def _target(model: DataModel) -> Any:
+    found = model.object("person")
+    assert found is not None
+    return Target(None, common_pb2.Principal(workspace_id="w"), model, found)  # type: ignore[arg-type]
+
+
+def _request(query: bytes) -> Any:
+    return Request({"type": "http", "query_string": query, "headers": []})
+
+
+async def test_a_query_string_is_checked_once_per_data_model(model: DataModel) -> None:
+    query = b"limit=20&filter%5BjobTitle%5D%5Beq%5D=Engineer"
+    first = await _target(model).params(_request(query), LIST_PARAMS)
+    again = await _target(model).params(_request(query), LIST_PARAMS)
+    assert again is first  # the answer kept on the model
+    assert first.limit == 20
+    assert to_json(first.filter) == {"jobTitle": {"eq": "Engineer"}}
+    other = await _target(model).params(_request(b"limit=5"), LIST_PARAMS)
+    assert other.limit == 5
+    assert other.filter is None
+    # the same query checked for what another route allows is checked again
+    with pytest.raises(InvalidArgument):
+        await _target(model).params(_request(query), GET_PARAMS)
+
+
+async def test_a_bad_query_is_refused_every_time(model: DataModel) -> None:
+    for _ in range(2):
+        with pytest.raises(InvalidArgument):
+            await _target(model).params(_request(b"limit=many"), LIST_PARAMS)

@@ -178,6 +178,11 @@ class DataModel:
     objects: tuple[ObjectModel, ...]
     fingerprint: str
     _by_name: Mapping[str, ObjectModel] = field(default_factory=dict, compare=False, repr=False)
+    # REST query strings already checked against this model, with what they gave
+    # (gateway.rest.routes.Target.params): a client repeats the same few queries.
+    checked_queries: dict[tuple[Any, ...], Any] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def object(self, name: str) -> ObjectModel | None:
         """An object by its singular or plural name."""

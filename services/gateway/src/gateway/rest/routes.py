@@ -31,6 +31,7 @@ from gateway.rpc import call
 from gateway.state import GatewayState, gateway_state
 
 MAX_BATCH = 1000
+MAX_CHECKED_QUERIES = 256  # per data model (gateway.datamodel.model.DataModel.checked_queries)
 MAX_BODY_BYTES = 16 * 1024 * 1024
 JSON = "application/json"
 
@@ -74,17 +75,28 @@ class Target:
         )
 
     async def params(self, request: Request, allowed: Collection[str], **options: Any) -> Params:
-        """The query parameters, checked; an unknown field re-checks the data model once."""
+        """The query parameters, checked; an unknown field re-checks the data model once. The
+        same query string is parsed once per data model (answers are never changed by their
+        callers), at most MAX_CHECKED_QUERIES of them."""
+        key = (request.scope["query_string"], self.obj.singular, allowed, *sorted(options.items()))
+        known: Params | None = self.model.checked_queries.get(key)
+        if known is not None:
+            return known
         items = request.query_params.multi_items()
         try:
-            return parse_params(items, self.model, self.obj, allowed=allowed, **options)
+            params = parse_params(items, self.model, self.obj, allowed=allowed, **options)
         except UnknownField:
             self.model = await self.state.models.refresh(self.principal)
             found = self.model.object(self.obj.singular)
             if found is None:
                 raise NotFound(f"unknown object `{self.obj.plural}`", field="object") from None
             self.obj = found
-            return parse_params(items, self.model, self.obj, allowed=allowed, **options)
+            params = parse_params(items, self.model, self.obj, allowed=allowed, **options)
+        checked = self.model.checked_queries
+        if len(checked) >= MAX_CHECKED_QUERIES:
+            checked.clear()
+        checked[key] = params
+        return params
 
 
 async def _target(request: Request) -> Target:
