@@ -111,6 +111,48 @@ def test_a_declaration_waits_for_the_writes_that_decided_without_it(gated: Stack
     assert after is True
 
 
+def test_a_write_during_a_declaration_waits_for_it_and_records_its_events(gated: Stack) -> None:
+    """The other side of the lock: a write that starts while a declaration holds the
+    workspace's lock (its interest added, not yet committed) waits for it, then sees the
+    interest and records its events (the check reads after the lock was granted)."""
+    ws = provision(gated)
+
+    async def run() -> tuple[bool, bool]:
+        declarer = await asyncpg.connect(gated.env["DATABASE_URL"])
+        writer = await asyncpg.connect(
+            gated.env["DATABASE_URL"], server_settings={"records.skip_unheard_events": "on"}
+        )
+        try:
+            declaring = declarer.transaction()
+            await declaring.start()
+            await declarer.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('records.event_writes'), hashtext($1))",
+                ws.id,
+            )
+            await declarer.execute(
+                "INSERT INTO records.event_interest (workspace_id, holder) VALUES ($1, 'webhooks')",
+                ws.id,
+            )
+            deciding = asyncio.ensure_future(
+                writer.fetchval("SELECT records.events_wanted($1)", ws.id)
+            )
+            done, _ = await asyncio.wait([deciding], timeout=1.0)
+            waited = not done
+            await declaring.commit()
+            wanted: bool = await asyncio.wait_for(deciding, 30)
+            await declarer.execute(
+                "DELETE FROM records.event_interest WHERE workspace_id = $1", ws.id
+            )
+        finally:
+            await writer.close()
+            await declarer.close()
+        return waited, wanted
+
+    waited, wanted = asyncio.run(run())
+    assert waited, "the write decided while a declaration held the workspace's lock"
+    assert wanted, "the write did not see the interest committed while it waited"
+
+
 def test_a_webhook_gets_the_write_right_after_it_and_none_after_the_last_is_deleted(
     gated: Stack, hooks: Hooks
 ) -> None:
