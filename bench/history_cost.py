@@ -36,6 +36,7 @@ from crmstack.client import signup
 from crmstack.stack import Stack, StackConfig
 from records import history
 from records.model import ObjectModel
+from records.outbox import Provenance
 from records.sql import Params, workspace_schema_name
 
 BATCH = 1000
@@ -129,8 +130,7 @@ def _statement(
             "hi",
             "ins",
             cast(ObjectModel, _Person(object_id)),
-            principal,
-            params,
+            Provenance.bound(params, principal, events=False),
             action=history.CREATED,
         )
     return (

@@ -231,12 +231,18 @@ class Table:
 
 
 @contextmanager
-def _history(on: bool) -> Iterator[None]:
+def _history(obj: ObjectModel, on: bool) -> Iterator[None]:
     if on:
         yield
         return
+    # The statement is built once per model (ObjectModel.statements): built again without the
+    # history CTE here, and again with it afterwards.
+    obj.statements.clear()
     with mock.patch.object(history, "history_cte", lambda name, *a, **k: f"{name} AS (SELECT 1)"):
-        yield
+        try:
+            yield
+        finally:
+            obj.statements.clear()
 
 
 class Writer:
@@ -272,7 +278,7 @@ class Writer:
         """One statement of BATCH rows; (backend CPU seconds, wall seconds)."""
         data = [_person(self.written + n, self.rng, self.companies) for n in range(BATCH)]
         rows = inputs.prepare_batch(self.obj, data, self.access, self.ids)
-        with _history(with_history):
+        with _history(self.obj, with_history):
             sql, params = writes.create_statement(self.principal, self.obj, rows, ())
         cpu, started = self.cpu(), time.perf_counter()
         async with self.connection.transaction():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import orjson
@@ -12,7 +13,7 @@ from crm.metadata.v1 import metadata_pb2 as md
 from crm.records.v1 import records_pb2
 from crmkit.authz import Access
 from crmkit.errors import InvalidArgument, PermissionDenied
-from records import ddl, inputs, ordering, reads, values
+from records import ddl, inputs, ordering, reads, values, writes
 from records.context import RequestContext
 from records.model import WorkspaceModel
 from records.predicates import PredicateCompiler, like_pattern
@@ -347,3 +348,27 @@ def test_only_a_where_without_filter_or_owner_scope_is_unfiltered(
         scope=scope,
     )
     assert reads.is_unfiltered(where, "t") is unfiltered
+
+
+def test_a_create_statement_is_built_once_and_bound_to_each_caller() -> None:
+    obj = WorkspaceModel.from_proto(schema()).object("company")
+    assert obj is not None
+    rows = [inputs.prepare_create(obj, {"name": "Acme"}, "", Access(False, ""), inputs.RecordIds())]
+    alice = common_pb2.Principal(
+        workspace_id=WS, user_id="alice", kind=common_pb2.PRINCIPAL_KIND_USER
+    )
+    key = common_pb2.Principal(
+        workspace_id=WS, credential_id="key-1", kind=common_pb2.PRINCIPAL_KIND_API_KEY
+    )
+    first_sql, first = writes.create_statement(alice, obj, rows, ())
+    second_sql, second = writes.create_statement(key, obj, rows, ())
+    assert second_sql is first_sql  # the text kept on the model
+    # rows, then who (workspace, kind, user, credential, workflow), then the trace context
+    assert first.values[1:6] == [WS, "user", "alice", "", ""]
+    assert second.values[1:6] == [WS, "api_key", "", "key-1", ""]
+    assert len(first.values) == 7
+    assert max(int(n) for n in re.findall(r"\$(\d+)", first_sql)) == 7
+    quiet_sql, quiet = writes.create_statement(alice, obj, rows, (), events=False)
+    assert "records.outbox" not in quiet_sql
+    assert "records.record_history" in quiet_sql
+    assert len(quiet.values) == 6  # no trace context: no event is written

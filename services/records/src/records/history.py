@@ -20,7 +20,7 @@ from crmkit.authz import Access
 from crmkit.errors import InvalidArgument, NotFound
 from records.context import RequestContext
 from records.model import ObjectModel
-from records.outbox import actor_kind
+from records.outbox import Provenance
 from records.reads import joined, page_size, parse_id, where_clause
 from records.sql import Params, literal
 
@@ -43,8 +43,7 @@ def history_cte(
     name: str,
     source: str,
     obj: ObjectModel,
-    principal: common_pb2.Principal,
-    params: Params,
+    provenance: Provenance,
     *,
     action: str,
     changed: str | None = None,
@@ -60,10 +59,9 @@ def history_cte(
         f"{name} AS (INSERT INTO records.record_history (workspace_id, object_metadata_id, "
         "record_id, action, related_record_id, changes, actor_kind, actor_user_id, "
         "actor_credential_id, actor_workflow_id, occurred_at) "
-        f"SELECT {params.add(principal.workspace_id, 'uuid')}, {literal(obj.id)}::uuid, s.id, "
-        f"{literal(action)}, {related}, {values}, {params.add(actor_kind(principal), 'text')}, "
-        f"{params.add(principal.user_id, 'text')}, {params.add(principal.credential_id, 'text')}, "
-        f"{params.add(principal.workflow_id, 'text')}, now() FROM {source} s{where})"
+        f"SELECT {provenance.workspace}, {literal(obj.id)}::uuid, s.id, "
+        f"{literal(action)}, {related}, {values}, {provenance.kind}, {provenance.user}, "
+        f"{provenance.credential}, {provenance.workflow}, now() FROM {source} s{where})"
     )
 
 

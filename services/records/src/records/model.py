@@ -175,6 +175,9 @@ class ObjectModel:
     fields: list[FieldModel]
     by_name: dict[str, FieldModel] = field(default_factory=dict)  # active fields, by name and key
     _json: dict[tuple[str, tuple[str, ...], bool], str] = field(default_factory=dict)
+    # Statement texts built once per model and kept by their builders (records.writes): their
+    # values are parameters, so one text serves every caller.
+    statements: dict[tuple[object, ...], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for item in self.fields:

@@ -7,6 +7,8 @@ data-modifying CTE, so a batch of 1000 records writes 1000 outbox rows in the sa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import orjson
 
 from crm.common.v1 import common_pb2
@@ -50,17 +52,43 @@ def actor_kind(principal: common_pb2.Principal) -> str:
     return _KINDS.get(principal.kind, "unspecified")
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """Who made a change, and under which trace: placeholders bound once per statement, shared
+    by its outbox and history rows (records.history). `trace` is "" when the statement writes
+    no event (an unused parameter would have no type). Their order is fixed, so a statement
+    built once per object serves every caller (records.writes.create_statement)."""
+
+    workspace: str
+    kind: str
+    user: str
+    credential: str
+    workflow: str
+    trace: str
+
+    @classmethod
+    def bound(
+        cls, params: Params, principal: common_pb2.Principal, *, events: bool = True
+    ) -> Provenance:
+        return cls(
+            workspace=params.add(principal.workspace_id, "uuid"),
+            kind=params.add(actor_kind(principal), "text"),
+            user=params.add(principal.user_id, "text"),
+            credential=params.add(principal.credential_id, "text"),
+            workflow=params.add(principal.workflow_id, "text"),
+            trace=params.add(orjson.dumps(inject_headers()).decode(), "text") if events else "",
+        )
+
+
 def outbox_cte(
     name: str,
     source: str,
     obj: ObjectModel,
-    principal: common_pb2.Principal,
-    params: Params,
+    provenance: Provenance,
     *,
     action: str,
     cause: str,
     changed: str = "'{}'::text[]",
-    events: bool = True,
     record: str = "s.after",
     bulk: bool = False,
 ) -> str:
@@ -69,14 +97,13 @@ def outbox_cte(
 
     `source` must expose `id`, `after` (json) and `before` (json or NULL). `record` is the SQL of
     the event's record: `s.after` unless the caller builds it here (only for the rows written,
-    only while somebody listens). With `events` False (an import that emits no events) the CTE
-    writes nothing; `bulk` marks the rows of a bulk write (an import), which the relay publishes
-    several to a message.
+    only while somebody listens). With a `provenance` bound without events (an import that
+    emits no events) the CTE writes nothing; `bulk` marks the rows of a bulk write (an import),
+    which the relay publishes several to a message.
     """
-    if not events:
+    if not provenance.trace:
         return f"{name} AS (SELECT NULL WHERE FALSE)"
-    trace = orjson.dumps(inject_headers()).decode()
-    workspace = params.add(principal.workspace_id, "uuid")
+    workspace = provenance.workspace
     return (
         f"{name}_wanted AS MATERIALIZED (SELECT records.events_wanted({workspace}) AS yes), "
         f"{name} AS (INSERT INTO records.outbox (event_id, workspace_id, object, "
@@ -84,10 +111,8 @@ def outbox_cte(
         "actor_kind, actor_user_id, actor_credential_id, actor_workflow_id, trace_context, bulk) "
         f"SELECT gen_random_uuid(), {workspace}, "
         f"{literal(obj.name_singular)}, {literal(obj.id)}::uuid, s.id, {literal(action)}, "
-        f"{literal(cause)}, {record}, {_PREVIOUS}, {changed}, "
-        f"{params.add(actor_kind(principal), 'text')}, "
-        f"{params.add(principal.user_id, 'text')}, {params.add(principal.credential_id, 'text')}, "
-        f"{params.add(principal.workflow_id, 'text')}, {params.add(trace, 'text')}::jsonb, "
-        f"{'true' if bulk else 'false'} "
+        f"{literal(cause)}, {record}, {_PREVIOUS}, {changed}, {provenance.kind}, "
+        f"{provenance.user}, {provenance.credential}, {provenance.workflow}, "
+        f"{provenance.trace}::jsonb, {'true' if bulk else 'false'} "
         f"FROM {source} s, {name}_wanted w WHERE w.yes)"
     )

@@ -206,6 +206,7 @@ async def _upsert(
     else:
         changes = "FALSE"
     shown = obj.json_expression("t", names) if names else "NULL::json"
+    provenance = outbox.Provenance.bound(params, ctx.principal, events=events)
     sql = (
         f"WITH old AS (SELECT t.id, {obj.json_expression('t')} AS before, {shown} AS shown "
         f"FROM {obj.table} t WHERE t.id = ANY({old_ids})), "
@@ -219,17 +220,16 @@ async def _upsert(
         "upd AS (SELECT s.id, s.after, o.before FROM ups s JOIN old o ON o.id = s.id "
         "WHERE NOT s.created), "
         f"chg AS (SELECT s.*, {_CHANGED} AS changed FROM upd s), "
-        + outbox.outbox_cte("obc", "cre", obj, ctx.principal, params,
-                            action=outbox.CREATED, cause=outbox.WRITE, events=events,
+        + outbox.outbox_cte("obc", "cre", obj, provenance,
+                            action=outbox.CREATED, cause=outbox.WRITE, bulk=bulk)
+        + ", "
+        + outbox.outbox_cte("obu", "chg", obj, provenance,
+                            action=outbox.UPDATED, cause=outbox.WRITE, changed="s.changed",
                             bulk=bulk)
         + ", "
-        + outbox.outbox_cte("obu", "chg", obj, ctx.principal, params,
-                            action=outbox.UPDATED, cause=outbox.WRITE, changed="s.changed",
-                            events=events, bulk=bulk)
+        + history.history_cte("hic", "cre", obj, provenance, action=history.CREATED)
         + ", "
-        + history.history_cte("hic", "cre", obj, ctx.principal, params, action=history.CREATED)
-        + ", "
-        + history.history_cte("hiu", "chg", obj, ctx.principal, params,
+        + history.history_cte("hiu", "chg", obj, provenance,
                               action=history.UPDATED, changed="s.changed")
         + " SELECT s.id::text, coalesce(s.shown, s.after)::text, s.created FROM ups s "
         "UNION ALL SELECT o.id::text, coalesce(o.shown, o.before)::text, false FROM old o "

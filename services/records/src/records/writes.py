@@ -49,13 +49,21 @@ def create_statement(
     events: bool = True,
 ) -> tuple[str, Params]:
     """The statement `create` runs: the INSERT of `rows` with its outbox and history CTEs
-    (bench/index_cost.py measures this very statement)."""
+    (bench/index_cost.py measures this very statement). Its text depends only on the object,
+    `names` and `events` (the values are parameters in a fixed order), so it is built once per
+    object model (ObjectModel.statements)."""
     params = Params()
-    shown = obj.json_expression("t", names) if names else "NULL::json"
-    sql = (
-        _insert_ctes(principal, obj, rows, params, obj.json_expression("t"), shown, events=events)
-        + " SELECT s.id::text, coalesce(s.shown, s.after)::text FROM ins s"
-    )
+    payload = params.add([row.columns for row in rows], "json")
+    provenance = outbox.Provenance.bound(params, principal, events=events)
+    key = ("create", names, events)
+    sql = obj.statements.get(key)
+    if sql is None:
+        shown = obj.json_expression("t", names) if names else "NULL::json"
+        sql = (
+            _insert_ctes(obj, payload, provenance, obj.json_expression("t"), shown)
+            + " SELECT s.id::text, coalesce(s.shown, s.after)::text FROM ins s"
+        )
+        obj.statements[key] = sql
     return sql, params
 
 
@@ -90,14 +98,14 @@ async def insert(
         return 0
     await links.require_readable_targets(connection, ctx, obj, rows)
     params = Params()
+    payload = params.add([row.columns for row in rows], "json")
+    provenance = outbox.Provenance.bound(params, ctx.principal, events=events)
     sql = _insert_ctes(
-        ctx.principal,
         obj,
-        rows,
-        params,
+        payload,
+        provenance,
         "NULL::json",
         "NULL::json",
-        events=events,
         record=obj.json_expression("(s.written)"),
         bulk=True,
     )
@@ -107,23 +115,21 @@ async def insert(
 
 
 def _insert_ctes(
-    principal: common_pb2.Principal,
     obj: ObjectModel,
-    rows: list[Prepared],
-    params: Params,
+    payload: str,
+    provenance: outbox.Provenance,
     after: str,
     shown: str,
     *,
-    events: bool,
     record: str | None = None,
     bulk: bool = False,
 ) -> str:
-    """`WITH ins AS (INSERT ...), <outbox>, <history>` of `rows`; `ins` exposes id, after,
-    before (NULL) and shown. With `record` (SQL over `(s.written)`, the inserted row), the
-    outbox's record is built from it instead of from `after`."""
+    """`WITH ins AS (INSERT ...), <outbox>, <history>` of the rows in the json parameter
+    `payload`; `ins` exposes id, after, before (NULL) and shown. With `record` (SQL over
+    `(s.written)`, the inserted row), the outbox's record is built from it instead of from
+    `after`."""
     columns = obj.insert_columns
     written = ", t AS written" if record is not None else ""
-    payload = params.add([row.columns for row in rows], "json")
     column_list = ", ".join(quote(c) for c in columns)
     return (
         f'WITH ins AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
@@ -131,11 +137,11 @@ def _insert_ctes(
         f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
         f"RETURNING t.id, {after} AS after, NULL::json AS before, {shown} AS shown{written}), "
         + outbox.outbox_cte(
-            "ob", "ins", obj, principal, params, action=outbox.CREATED, cause=outbox.WRITE,
-            events=events, record=record or "s.after", bulk=bulk,
+            "ob", "ins", obj, provenance, action=outbox.CREATED, cause=outbox.WRITE,
+            record=record or "s.after", bulk=bulk,
         )
         + ", "
-        + history.history_cte("hi", "ins", obj, principal, params, action=history.CREATED)
+        + history.history_cte("hi", "ins", obj, provenance, action=history.CREATED)
     )  # fmt: skip
 
 
@@ -276,15 +282,16 @@ async def update(
         sets.insert(0, _set_list(prepared))
         columns = list(prepared.columns)
         source = f", json_to_record({payload}) AS x({_recordset(obj, columns)})"
+    provenance = outbox.Provenance.bound(params, ctx.principal)
     sql = (
         f"WITH {_target_cte(obj, where)}, "
         f"upd AS (UPDATE {obj.table} AS t SET {', '.join(sets)} FROM target o{source} "
         f"WHERE t.id = o.id RETURNING t.id, {obj.json_expression('t')} AS after, o.before, "
         f"{shown} AS shown), "
         f"chg AS (SELECT s.*, {_CHANGED} AS changed FROM upd s), "
-        + outbox.outbox_cte("ob", "chg", obj, ctx.principal, params,
+        + outbox.outbox_cte("ob", "chg", obj, provenance,
                             action=outbox.UPDATED, cause=outbox.WRITE, changed="s.changed")
-        + ", " + history.history_cte("hi", "chg", obj, ctx.principal, params,
+        + ", " + history.history_cte("hi", "chg", obj, provenance,
                                      action=history.UPDATED, changed="s.changed")
         + " SELECT s.id::text, coalesce(s.shown, s.after)::text, s.changed FROM chg s"
     )  # fmt: skip
@@ -325,14 +332,15 @@ async def set_deleted(
     related = "NULL::uuid"
     if merged_into is not None:
         entry, related = history.MERGED, params.add(merged_into, "uuid")
+    provenance = outbox.Provenance.bound(params, ctx.principal)
     sql = (
         f"WITH {_target_cte(obj, where)}, "
         f"upd AS (UPDATE {obj.table} AS t SET \"deletedAt\" = {value}, \"updatedAt\" = {NOW} "
         f"FROM target o "
         f"WHERE t.id = o.id RETURNING t.id, {obj.json_expression('t')} AS after, o.before), "
-        + outbox.outbox_cte("ob", "upd", obj, ctx.principal, params, action=action, cause=cause,
+        + outbox.outbox_cte("ob", "upd", obj, provenance, action=action, cause=cause,
                             changed="ARRAY['deletedAt']")
-        + ", " + history.history_cte("hi", "upd", obj, ctx.principal, params, action=entry,
+        + ", " + history.history_cte("hi", "upd", obj, provenance, action=entry,
                                      related=related)
         + " SELECT s.id::text, s.after::text FROM upd s"
     )  # fmt: skip
@@ -403,15 +411,16 @@ async def merge(
     params = Params()
     src = params.add(source, "uuid")
     where = [f"t.id = {params.add(target, 'uuid')}"]
+    provenance = outbox.Provenance.bound(params, ctx.principal)
     sql = (
         f"WITH {_target_cte(obj, where)}, "
         f"upd AS (UPDATE {obj.table} AS t SET {_fill_from_source(obj)} "
         f"FROM target o, {obj.table} src WHERE t.id = o.id AND src.id = {src} "
         f"RETURNING t.id, {obj.json_expression('t')} AS after, o.before), "
         f"chg AS (SELECT s.*, {_CHANGED} AS changed FROM upd s), "
-        + outbox.outbox_cte("ob", "chg", obj, ctx.principal, params, action=outbox.UPDATED,
+        + outbox.outbox_cte("ob", "chg", obj, provenance, action=outbox.UPDATED,
                             cause=outbox.MERGE, changed="s.changed")
-        + ", " + history.history_cte("hi", "chg", obj, ctx.principal, params,
+        + ", " + history.history_cte("hi", "chg", obj, provenance,
                                      action=history.MERGED, changed="s.changed", related=src)
         + " SELECT s.after::text FROM chg s"
     )  # fmt: skip
@@ -440,14 +449,15 @@ async def _repoint(
         where.append(f"t.id <> {params.add(target, 'uuid')}")
     new = params.add(target, "uuid")
     changed = f"ARRAY[{_text(relation.key)}]"
+    provenance = outbox.Provenance.bound(params, ctx.principal)
     sql = (
         f"WITH {_target_cte(holder, where)}, "
         f"upd AS (UPDATE {holder.table} AS t SET {column} = {new}, \"updatedAt\" = {NOW} "
         f"FROM target o WHERE t.id = o.id "
         f"RETURNING t.id, {holder.json_expression('t')} AS after, o.before), "
-        + outbox.outbox_cte("ob", "upd", holder, ctx.principal, params, action=outbox.UPDATED,
+        + outbox.outbox_cte("ob", "upd", holder, provenance, action=outbox.UPDATED,
                             cause=outbox.MERGE, changed=changed)
-        + ", " + history.history_cte("hi", "upd", holder, ctx.principal, params,
+        + ", " + history.history_cte("hi", "upd", holder, provenance,
                                      action=history.UPDATED, changed=changed)
         + " SELECT count(*) FROM upd"
     )  # fmt: skip
