@@ -172,7 +172,9 @@ def _body(workload: Workload, unique: str) -> bytes | None:
     return workload.body.replace(wrk.UNIQUE, unique).encode()
 
 
-async def _one(http: aiohttp.ClientSession, key: str, workload: Workload, unique: str) -> bytes:
+async def request_once(
+    http: aiohttp.ClientSession, key: str, workload: Workload, unique: str
+) -> bytes:
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     body = _body(workload, unique)
     method = "GET" if body is None else "POST"
@@ -209,7 +211,7 @@ async def _load(base_url: str, key: str, workload: Workload, seconds: float) -> 
     async with client_session(base_url, CONNECTIONS) as http:
 
         async def call(i: int) -> object:
-            return await _one(http, key, workload, f"d{tag}.{i}")
+            return await request_once(http, key, workload, f"d{tag}.{i}")
 
         samples = await drive(call, concurrency=CONNECTIONS, requests=10**9, max_seconds=seconds)
     return Load(
@@ -226,7 +228,7 @@ async def measure(ctx: BenchContext, key: str, workload: Workload, seconds: floa
     """One row: the answer's shape checked, then the load, then the event chain drained, with
     the CPU of every process over all of it."""
     async with client_session(ctx.base_url) as http:
-        answer = await _one(http, key, workload, f"check{secrets.token_hex(4)}")
+        answer = await request_once(http, key, workload, f"check{secrets.token_hex(4)}")
     if not workload.check(answer):
         raise CheckFailed(f"{workload.name} answered {answer[:300]!r}")
     await settle(ctx, timeout=30 if ctx.smoke else 300)
