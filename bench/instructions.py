@@ -69,6 +69,14 @@ def _env(stack: Stack, service: str, **overrides: str) -> dict[str, str]:
     return env
 
 
+def _module(service: str) -> list[str]:
+    return [sys.executable, "-m", service]
+
+
+def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
 def _start(stack: Stack, service: str, out: Path, pythonpath: str) -> Target:
     callgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
     extra = {"PYTHONPATH": pythonpath} if pythonpath else {}
@@ -76,21 +84,11 @@ def _start(stack: Stack, service: str, out: Path, pythonpath: str) -> Target:
     if service == "gateway":
         port = free_port()
         env = _env(stack, "gateway", PORT=str(port), METRICS_PORT=str(free_port()), **extra)
-        process = subprocess.Popen(
-            [*callgrind, sys.executable, "-m", "gateway"],
-            env=env,
-            stdout=(logs / "instructions-gateway.log").open("ab"),
-            stderr=subprocess.STDOUT,
-        )
+        process = _spawn([*callgrind, *_module("gateway")], env, logs / "instructions-gateway.log")
         return Target(process, None, f"http://127.0.0.1:{port}", out)
     grpc_port = free_port()
     env = _env(stack, "records", GRPC_PORT=str(grpc_port), METRICS_PORT=str(free_port()), **extra)
-    process = subprocess.Popen(
-        [*callgrind, sys.executable, "-m", "records"],
-        env=env,
-        stdout=(logs / "instructions-records.log").open("ab"),
-        stderr=subprocess.STDOUT,
-    )
+    process = _spawn([*callgrind, *_module("records")], env, logs / "instructions-records.log")
     port = free_port()
     gateway_env = _env(
         stack,
@@ -99,12 +97,7 @@ def _start(stack: Stack, service: str, out: Path, pythonpath: str) -> Target:
         METRICS_PORT=str(free_port()),
         RECORDS_ADDR=f"127.0.0.1:{grpc_port}",
     )
-    helper = subprocess.Popen(
-        [sys.executable, "-m", "gateway"],
-        env=gateway_env,
-        stdout=(logs / "instructions-helper.log").open("ab"),
-        stderr=subprocess.STDOUT,
-    )
+    helper = _spawn(_module("gateway"), gateway_env, logs / "instructions-helper.log")
     return Target(process, helper, f"http://127.0.0.1:{port}", out)
 
 
