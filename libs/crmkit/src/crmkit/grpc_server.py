@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from crmkit.grpc_client import channel_options
+from crmkit.heap import tune_after_startup
 from crmkit.metrics import GrpcServerMetrics, start_metrics_server
 from crmkit.server_calls import Registration, ServerCalls
 from crmkit.settings import GrpcServiceSettings
@@ -101,6 +102,7 @@ async def run_service(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
+    tune_after_startup()
     await server.start()
     tasks = [
         asyncio.create_task(job(), name=getattr(job, "__name__", "background"))

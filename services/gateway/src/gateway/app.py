@@ -16,6 +16,7 @@ from starlette.responses import Response
 from crmkit import messaging
 from crmkit.db import create_pool
 from crmkit.errors import Internal, InvalidArgument, NotFound, ServiceError
+from crmkit.heap import tune_after_startup
 from crmkit.metrics import DbPoolCollector, start_metrics_server
 from crmkit.principal import PrincipalCodec
 from gateway.auth.install import install_auth
@@ -207,6 +208,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         metrics_port = start_metrics_server(
             metrics.registry, settings.METRICS_HOST, settings.METRICS_PORT
         )
+        tune_after_startup()
         log.info("gateway ready", extra={"port": settings.PORT, "metrics_port": metrics_port})
         try:
             yield
