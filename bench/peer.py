@@ -4,6 +4,7 @@
     .venv/bin/python bench/peer.py --seconds 10    # shorter
     .venv/bin/python bench/peer.py --no-peer       # the project's rows alone
     .venv/bin/python bench/peer.py --rounds 8      # each row's seconds in 8 rounds (default 4)
+    .venv/bin/python bench/peer.py --no-peer --gc  # and the collector's share of each service's CPU
 
 The peer is the harness in `shared/peers/` (PEER_HARNESS names its folder; by default the first
 `shared/peers` beside the checkout or one level up): `directus.sh setup` installs Directus from
@@ -45,7 +46,7 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 from bench import bench_throughput as throughput
-from bench import wrk
+from bench import collector, wrk
 from bench.benchlib import (
     BenchContext,
     Result,
@@ -299,6 +300,9 @@ def main() -> None:
     )
     parser.add_argument("--no-peer", action="store_true", help="the project's rows only")
     parser.add_argument("--enforce-budgets", action="store_true", help="exit 1 on a FAIL")
+    parser.add_argument(
+        "--gc", action="store_true", help="report the garbage collector's CPU in each service"
+    )
     args = parser.parse_args()
     if not wrk.available():
         raise SystemExit("wrk is not installed (apt-get install -y wrk)")
@@ -307,8 +311,13 @@ def main() -> None:
     description["client"] = f"wrk -t{wrk.THREADS} -c{throughput.CONNECTIONS}"
     description["rounds"] = args.rounds
     data_dir = Path(tempfile.mkdtemp(prefix="crm-peer-"))
+    probe_dir = data_dir / "gc"
+    env = dict(BENCH_ENV)
+    if args.gc:
+        probe_dir.mkdir()
+        env.update(collector.probe_env(probe_dir))
     stack = Stack(
-        StackConfig(data_dir=data_dir, app_secret=secrets.token_urlsafe(48), extra_env=BENCH_ENV)
+        StackConfig(data_dir=data_dir, app_secret=secrets.token_urlsafe(48), extra_env=env)
     )
     print(f"starting the stack (data in {data_dir})", flush=True)
     stack.start()
@@ -331,6 +340,7 @@ def main() -> None:
         )
     finally:
         stack.stop()
+        collected = collector.report(probe_dir) if args.gc else []
         shutil.rmtree(data_dir, ignore_errors=True)
     description["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     lines, ok = verdicts({row.name: row for row in rows}, rounds)
@@ -348,6 +358,9 @@ def main() -> None:
     print(text)
     print()
     print(format_table(results))
+    if collected:
+        print("\nthe garbage collector, whole run (bench/collector.py):")
+        print("\n".join(collected))
     description["peer_rows"] = [row.__dict__ for row in rows]
     description["budgets"] = lines
     write_json(results, RESULTS / "peer.json", description)
