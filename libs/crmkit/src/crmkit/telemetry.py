@@ -4,12 +4,17 @@ An OTLP/HTTP exporter is installed when OTEL_EXPORTER_OTLP_ENDPOINT (or the trac
 variable) is set; otherwise spans are not recorded (unless OTEL_TRACES_SAMPLER says so or the
 caller's sampled traceparent asks for it), but trace ids are still made, so logs carry them.
 Context travels as W3C traceparent in HTTP headers, gRPC metadata and NATS headers; outbound
-HTTP through `crmkit.outbound.guarded_session` carries it too (`http_client_tracing`).
+HTTP through `crmkit.outbound.guarded_session` carries it too (`http_client_tracing`). Between
+the system's own services (gRPC metadata, NATS headers, the outbox's stored context) it is always
+W3C trace context (`trace_context_headers`, `extract_context`), read and written here directly;
+where the system meets other software (the gateway's incoming requests, outbound HTTP) the
+propagators OTEL_PROPAGATORS configures are used (`inject_headers`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 
@@ -21,11 +26,17 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 TRACE_HEADERS = ("traceparent", "tracestate")
 _http_tracer = trace.get_tracer("crmkit.http")
 _ids = RandomIdGenerator()
 _NOT_SAMPLED = trace.TraceFlags(trace.TraceFlags.DEFAULT)
+_W3C = TraceContextTextMapPropagator()
+# The traceparent this system writes (version 00, lowercase hex); any other valid form is read by
+# the SDK's propagator, which also knows the later versions' rules.
+_OWN_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_TRACESTATE_MAX_LENGTH = 8192  # the SDK propagator's own limit
 # True when configure_tracing installed the "nothing exports" provider: a span is then recorded
 # only below a sampled parent, and an unsampled one need not be started at all.
 _only_sampled_parents = False
@@ -99,31 +110,80 @@ def _exporter_configured() -> bool:
 
 
 def inject_headers(carrier: dict[str, str] | None = None) -> dict[str, str]:
-    """The current trace context as headers (HTTP, NATS), added to `carrier` if given."""
+    """The current trace context as headers for other software (outbound HTTP), by the
+    configured propagators, added to `carrier` if given."""
     headers: dict[str, str] = {} if carrier is None else carrier
     propagate.inject(headers)
     return headers
 
 
+def trace_context_headers(carrier: dict[str, str] | None = None) -> dict[str, str]:
+    """The current span's W3C trace context (`traceparent`, `tracestate` if any), added to
+    `carrier` if given: what the services send each other. Nothing outside any trace."""
+    headers: dict[str, str] = {} if carrier is None else carrier
+    span_context = trace.get_current_span().get_span_context()
+    if span_context.is_valid:
+        headers["traceparent"] = "00-%032x-%016x-%02x" % (  # noqa: UP031 (faster than f"")
+            span_context.trace_id,
+            span_context.span_id,
+            span_context.trace_flags,
+        )
+        if span_context.trace_state:
+            headers["tracestate"] = span_context.trace_state.to_header()
+    return headers
+
+
 def extract_context(headers: Mapping[str, str] | None) -> otel_context.Context:
-    return propagate.extract(dict(headers or {}))
+    """The W3C trace context another service sent (`traceparent`, `tracestate`); an empty
+    context when there is none or it is not valid."""
+    if not headers:
+        return otel_context.Context()
+    traceparent = headers.get("traceparent")
+    if not isinstance(traceparent, str):
+        return otel_context.Context()
+    tracestate = headers.get("tracestate")
+    return _remote_parent(traceparent, tracestate if isinstance(tracestate, str) else None)
+
+
+def _remote_parent(traceparent: str, tracestate: str | None) -> otel_context.Context:
+    own = _OWN_TRACEPARENT.fullmatch(traceparent)
+    if own is None or (tracestate is not None and len(tracestate) > _TRACESTATE_MAX_LENGTH):
+        carrier = {"traceparent": traceparent}
+        if tracestate is not None:
+            carrier["tracestate"] = tracestate
+        return _W3C.extract(carrier, otel_context.Context())
+    trace_id, span_id = int(own.group(1), 16), int(own.group(2), 16)
+    if not trace_id or not span_id:
+        return otel_context.Context()
+    span_context = trace.SpanContext(
+        trace_id,
+        span_id,
+        is_remote=True,
+        trace_flags=trace.TraceFlags(int(own.group(3), 16)),
+        trace_state=trace.TraceState.from_header([tracestate]) if tracestate else None,
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(span_context), otel_context.Context())
 
 
 def context_from_metadata(
     metadata: Iterable[tuple[str, str | bytes]] | None,
 ) -> otel_context.Context:
     """The trace context carried by incoming gRPC metadata."""
-    carrier = {
-        key: value
-        for key, value in metadata or ()
-        if key in TRACE_HEADERS and isinstance(value, str)
-    }
-    return propagate.extract(carrier)
+    traceparent: str | None = None
+    tracestate: str | None = None
+    for key, value in metadata or ():
+        if key == "traceparent" and isinstance(value, str):
+            traceparent = value
+        elif key == "tracestate" and isinstance(value, str):
+            tracestate = value
+    if traceparent is None:
+        return otel_context.Context()
+    return _remote_parent(traceparent, tracestate)
 
 
 def metadata_from_context() -> list[tuple[str, str]]:
     """The current trace context as outgoing gRPC metadata."""
-    return list(inject_headers().items())
+    return list(trace_context_headers().items())
 
 
 def http_client_tracing() -> aiohttp.TraceConfig:

@@ -25,7 +25,7 @@ from crm.records.v1 import records_pb2, records_pb2_grpc
 from crmkit.errors import NotFound, ServiceError, Unavailable, from_rpc_error
 from crmkit.messaging import metadata_subject
 from crmkit.principal import PrincipalCodec, system_principal
-from crmkit.telemetry import inject_headers
+from crmkit.telemetry import trace_context_headers
 from metadata import store
 from metadata.definitions import Definitions
 from metadata.metrics import MetadataMetrics
@@ -137,7 +137,7 @@ class ChangeRunner:
             await self._nats.publish(
                 metadata_subject(workspace_id),
                 payload.SerializeToString(),
-                headers=inject_headers(),
+                headers=trace_context_headers(),
             )
         except Exception:  # announcing is best effort: requests carry versions too
             log.warning("could not announce metadata version", exc_info=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import orjson
 
 from crm.common.v1 import common_pb2
-from crmkit.telemetry import inject_headers
+from crmkit.telemetry import trace_context_headers
 from records.model import ObjectModel
 from records.sql import Params, literal
 
@@ -76,7 +76,9 @@ class Provenance:
             user=params.add(principal.user_id, "text"),
             credential=params.add(principal.credential_id, "text"),
             workflow=params.add(principal.workflow_id, "text"),
-            trace=params.add(orjson.dumps(inject_headers()).decode(), "text") if events else "",
+            trace=(
+                params.add(orjson.dumps(trace_context_headers()).decode(), "text") if events else ""
+            ),
         )
 
 

@@ -42,7 +42,7 @@ from opentelemetry import trace
 from crmkit.db import DATABASE_UNAVAILABLE
 from crmkit.messaging import RECORD_EVENTS_STREAM, ensure_record_stream
 from crmkit.outages import OutageLog
-from crmkit.telemetry import extract_context, inject_headers, span_recordable
+from crmkit.telemetry import extract_context, span_recordable, trace_context_headers
 from records.envelope import OUTBOX_COLUMNS, Message, OutboxRow, messages_of, pub_frame
 from records.event_interest import GATING, PRUNE_LAPSED, PUBLISH_CONDITION
 from records.inflight import InFlight
@@ -456,5 +456,5 @@ def _publish_span(message: Message) -> tuple[trace.Span, dict[str, str]]:
         },
     )
     with trace.use_span(span, end_on_exit=False):
-        inject_headers(headers)
+        trace_context_headers(headers)
     return span, headers

@@ -42,7 +42,7 @@ from crmkit.messaging import (
     previous_record_json,
     subject_address,
 )
-from crmkit.telemetry import TRACE_HEADERS, extract_context, inject_headers, span_recordable
+from crmkit.telemetry import TRACE_HEADERS, extract_context, span_recordable, trace_context_headers
 from webhooks.dispatcher import Claimed, Dispatcher, Room
 from webhooks.metrics import WebhooksMetrics
 from webhooks.routes import LOAD, VERSION, Routes
@@ -384,4 +384,4 @@ def _process_span(message: Msg, event_id: str) -> tuple[trace.Span, str]:
         },
     )
     with trace.use_span(span, end_on_exit=False):
-        return span, orjson.dumps(inject_headers()).decode()
+        return span, orjson.dumps(trace_context_headers()).decode()
