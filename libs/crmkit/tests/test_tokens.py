@@ -112,6 +112,15 @@ def test_secret_tokens_parse_and_hash() -> None:
     assert parse_secret_token("eyJhbGciOi.not.a.secret.token") is None
     with pytest.raises(Unauthenticated):
         parse_secret_token("crm_pat_nothex_secret")
+    upper = parse_secret_token(
+        token.replace(uuid.UUID(credential_id).hex, uuid.UUID(credential_id).hex.upper())
+    )
+    assert upper is not None
+    assert upper.credential_id == credential_id
+    prefix = token[: len(token) - len(parsed.secret) - 33]
+    for bad_id in ("0" * 31 + "g", "1234_678" + "0" * 24, "+" + "0" * 31, "0" * 31):
+        with pytest.raises(Unauthenticated):
+            parse_secret_token(f"{prefix}{bad_id}_{parsed.secret}")
 
 
 def _entry(**fields: object) -> identity_pb2.CachedCredential:

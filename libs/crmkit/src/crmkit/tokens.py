@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 import uuid
@@ -167,6 +168,9 @@ def _integer(value: object) -> int:
     return value
 
 
+_HEX_ID = re.compile(r"[0-9a-fA-F]{32}")  # a credential id in a secret token
+
+
 def hash_secret(secret: str) -> bytes:
     """SHA-256 of a random secret (high entropy: a slow hash adds nothing)."""
     return hashlib.sha256(secret.encode()).digest()
@@ -188,18 +192,13 @@ def parse_secret_token(token: str) -> SecretToken | None:
         if token.startswith(kind.value):
             rest = token[len(kind.value) :]
             hex_id, separator, secret = rest[:32], rest[32:33], rest[33:]
-            if separator != "_" or not secret:
+            if separator != "_" or not secret or _HEX_ID.fullmatch(hex_id) is None:
                 raise Unauthenticated(
                     "invalid token: malformed credential",
                     reason=common_pb2.ERROR_REASON_TOKEN_INVALID,
                 )
-            try:
-                credential_id = str(uuid.UUID(hex=hex_id))
-            except ValueError:
-                raise Unauthenticated(
-                    "invalid token: malformed credential",
-                    reason=common_pb2.ERROR_REASON_TOKEN_INVALID,
-                ) from None
+            h = hex_id.lower()  # the id's canonical form, as str(uuid.UUID(hex=h)) writes it
+            credential_id = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
             return SecretToken(kind, credential_id, secret)
     return None
 
