@@ -55,6 +55,7 @@ from gateway.rest import imports
 from gateway.rest import routes as rest
 from gateway.rest import search as rest_search
 from gateway.rest.openapi import open_api
+from gateway.rest.record_routes import COLLECTION, ITEM, RecordRoutes
 from gateway.routing import RouteTable
 from gateway.server_spans import GatewayApp
 from gateway.settings import GatewaySettings
@@ -83,6 +84,11 @@ SCHEMA_PARTS: tuple[SchemaPart, ...] = (
     EXPORTS_PART,
     SEARCH_PART,
 )
+
+
+# The records' own routes: method -> endpoint (also served ahead of the router: RecordRoutes).
+RECORD_COLLECTION = {"GET": rest.list_records, "POST": rest.create_record}
+RECORD_ITEM = {"GET": rest.get_record, "PATCH": rest.update_record, "DELETE": rest.delete_record}
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -127,8 +133,8 @@ def _add_rest_routes(app: FastAPI, routes: RouteTable) -> None:
     routes.add(app, "/rest/open-api", open_api, ["GET"])
     routes.add(app, "/rest/imports", imports.list_imports, ["GET"])
     routes.add(app, "/rest/search", rest_search.search, ["GET"])
-    routes.add(app, "/rest/{object}", rest.list_records, ["GET"])
-    routes.add(app, "/rest/{object}", rest.create_record, ["POST"])
+    for method, endpoint in RECORD_COLLECTION.items():
+        routes.add(app, COLLECTION, endpoint, [method])
     # three segments
     routes.add(app, "/rest/imports/{object}", imports.start_import, ["POST"])
     routes.add(app, "/rest/imports/{id}", imports.get_import, ["GET"])
@@ -137,9 +143,8 @@ def _add_rest_routes(app: FastAPI, routes: RouteTable) -> None:
     routes.add(app, "/rest/{object}/merge", rest.merge_records, ["PATCH"])
     routes.add(app, "/rest/{object}/groupBy", rest.group_records, ["GET"])
     routes.add(app, "/rest/{object}/export", rest_export.export_records, ["GET"])
-    routes.add(app, "/rest/{object}/{id}", rest.get_record, ["GET"])
-    routes.add(app, "/rest/{object}/{id}", rest.update_record, ["PATCH"])
-    routes.add(app, "/rest/{object}/{id}", rest.delete_record, ["DELETE"])
+    for method, endpoint in RECORD_ITEM.items():
+        routes.add(app, ITEM, endpoint, [method])
     # four segments
     routes.add(app, "/rest/imports/{id}/cancel", imports.cancel_import, ["POST"])
     routes.add(app, "/rest/imports/{id}/rejections", imports.import_rejections, ["GET"])
@@ -266,6 +271,13 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             development=development,
         ),
         ["GET", "POST"],
+    )
+    app.add_middleware(
+        RecordRoutes,
+        collection=RECORD_COLLECTION,
+        item=RECORD_ITEM,
+        route_paths=routes.paths,
+        exception_handlers=app.exception_handlers,
     )
     app.add_middleware(BodySizeLimitMiddleware, limits=BodyLimits.of(settings))
     app.add_middleware(

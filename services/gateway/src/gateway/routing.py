@@ -26,6 +26,10 @@ class RouteTable:
         app.router.add_websocket_route(path, endpoint)
         self._templates[endpoint] = path
 
+    def paths(self) -> list[str]:
+        """The path of every route added, in order."""
+        return list(self._templates.values())
+
     def template(self, scope: Scope) -> str:
         endpoint = scope.get("endpoint")
         if endpoint is not None and endpoint in self._templates:
