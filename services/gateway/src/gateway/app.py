@@ -24,6 +24,7 @@ from gateway.auth.verify import CredentialVerifier
 from gateway.body_limit import BodyLimits, BodySizeLimitMiddleware
 from gateway.datamodel.cache import DataModelCache
 from gateway.datamodel.sync import follow_announcements, schema_fetcher
+from gateway.direct_routes import COLLECTION, ITEM, DirectRoutes
 from gateway.errors import rest_error_response
 from gateway.framing import framing_headers
 from gateway.graphql.builder import StaticNames
@@ -55,7 +56,6 @@ from gateway.rest import imports
 from gateway.rest import routes as rest
 from gateway.rest import search as rest_search
 from gateway.rest.openapi import open_api
-from gateway.rest.record_routes import COLLECTION, ITEM, RecordRoutes
 from gateway.routing import RouteTable
 from gateway.server_spans import GatewayApp
 from gateway.settings import GatewaySettings
@@ -86,7 +86,7 @@ SCHEMA_PARTS: tuple[SchemaPart, ...] = (
 )
 
 
-# The records' own routes: method -> endpoint (also served ahead of the router: RecordRoutes).
+# The records' own routes: method -> endpoint (also served ahead of the router: DirectRoutes).
 RECORD_COLLECTION = {"GET": rest.list_records, "POST": rest.create_record}
 RECORD_ITEM = {"GET": rest.get_record, "PATCH": rest.update_record, "DELETE": rest.delete_record}
 
@@ -249,12 +249,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     schemas = WorkspaceSchemas(
         SCHEMA_PARTS, StaticNames.of(build_static_schema(SCHEMA_PARTS)), documents
     )
-    routes.add(
-        app,
-        "/graphql",
-        workspace_graphql_endpoint(schemas, development=development),
-        ["GET", "POST"],
-    )
+    graphql = workspace_graphql_endpoint(schemas, development=development)
+    routes.add(app, "/graphql", graphql, ["GET", "POST"])
     routes.add_websocket(
         app, "/graphql", graphql_websocket_endpoint(WorkspaceSchemaSource(schemas))
     )
@@ -273,7 +269,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         ["GET", "POST"],
     )
     app.add_middleware(
-        RecordRoutes,
+        DirectRoutes,
+        exact={"/graphql": {"GET": graphql, "POST": graphql}},
         collection=RECORD_COLLECTION,
         item=RECORD_ITEM,
         route_paths=routes.paths,

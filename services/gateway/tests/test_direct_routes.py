@@ -1,6 +1,6 @@
-"""The records' REST routes served ahead of the router (gateway.rest.record_routes): every
-request gets the answer the router would give it, the hot routes without the router, errors
-through the app's own handlers."""
+"""The hot routes served ahead of the router (gateway.direct_routes): every request gets the
+answer the router would give it, the hot routes without the router, errors through the app's
+own handlers."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from starlette.responses import JSONResponse, Response
 
 from crmkit import telemetry
 from crmkit.errors import NotFound, ServiceError
-from gateway.errors import rest_error_response
-from gateway.rest.record_routes import (
+from gateway.direct_routes import (
     COLLECTION,
     ITEM,
+    DirectRoutes,
     Endpoint,
-    RecordRoutes,
     literal_segments,
 )
+from gateway.errors import rest_error_response
 from gateway.routing import RouteTable
 from gateway.server_spans import GatewayApp
 
@@ -53,6 +53,8 @@ def _app(*, fast: bool) -> GatewayApp:
 
     app.add_exception_handler(ServiceError, on_service_error)
     routes = RouteTable()
+    graphql = _echo("graphql")
+    routes.add(app, "/graphql", graphql, ["GET", "POST"])
     collection = {"GET": _echo("list"), "POST": _echo("create")}
     item = {"GET": _echo("get"), "PATCH": _echo("update"), "DELETE": _echo("delete")}
     routes.add(app, "/rest/search", _echo("search"), ["GET"])
@@ -66,7 +68,8 @@ def _app(*, fast: bool) -> GatewayApp:
     routes.add(app, "/rest/{object}/{id}/history", _echo("history"), ["GET"])
     if fast:
         app.add_middleware(
-            RecordRoutes,
+            DirectRoutes,
+            exact={"/graphql": {"GET": graphql, "POST": graphql}},
             collection=collection,
             item=item,
             route_paths=routes.paths,
@@ -76,6 +79,11 @@ def _app(*, fast: bool) -> GatewayApp:
 
 
 REQUESTS = [
+    ("POST", "/graphql"),
+    ("GET", "/graphql"),
+    ("HEAD", "/graphql"),
+    ("DELETE", "/graphql"),
+    ("POST", "/graphql/"),
     ("GET", "/rest/people"),
     ("POST", "/rest/people"),
     ("HEAD", "/rest/people"),
@@ -133,6 +141,7 @@ async def test_every_request_gets_the_routers_answer(
 @pytest.mark.parametrize(
     ("method", "path", "endpoint", "params"),
     [
+        ("POST", "/graphql", "graphql", {}),
         ("GET", "/rest/people", "list", {"object": "people"}),
         ("POST", "/rest/people", "create", {"object": "people"}),
         ("GET", "/rest/people/7", "get", {"object": "people", "id": "7"}),
@@ -140,7 +149,7 @@ async def test_every_request_gets_the_routers_answer(
         ("DELETE", "/rest/people/7", "delete", {"object": "people", "id": "7"}),
     ],
 )
-async def test_the_records_routes_skip_the_router_when_their_span_is_not_recorded(
+async def test_the_hot_routes_skip_the_router_when_their_span_is_not_recorded(
     method: str, path: str, endpoint: str, params: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(telemetry, "_only_sampled_parents", True)

@@ -1,12 +1,14 @@
-"""The records' own REST routes (`/rest/{object}`, `/rest/{object}/{id}`), served without the
-framework's router when their request's server span is not recorded.
+"""The API's hot routes, served without the framework's router when their request's server span
+is not recorded: `/graphql` and the records' own REST routes (`/rest/{object}`,
+`/rest/{object}/{id}`).
 
 Starlette's router matches a request against the routes in order (a regex and a scope copy each),
 then wraps the endpoint in its exception middleware, FastAPI's exit stacks and a per-request
-wrapper: ~6% of the gateway's CPU for a REST create or list. These five routes are the API's hot
-path, and which of them a path is takes a split and two set lookups: a path they serve is one the
-router would give them too (a literal segment of any other REST route in the same place, such as
-`imports` or `duplicates`, goes on to the router, as does a method none of them takes). The
+wrapper: ~6% of the gateway's CPU for a REST create or list. Which of these routes a path is
+takes a dict lookup, or a split and two set lookups: a path they serve is one the router would
+give them too (`exact` paths are the first routes that match them; a literal segment of any other
+REST route in `{object}`'s or `{id}`'s place, such as `imports` or `duplicates`, goes on to the
+router, as does a method none of them takes). The
 endpoint runs as the router would run it (`endpoint` and `path_params` in the scope, the app's
 own handlers for its exceptions). A request whose span could be recorded takes the router, whose
 FastAPI telemetry names the span by its route template.
@@ -44,22 +46,26 @@ def literal_segments(paths: Iterable[str]) -> tuple[frozenset[str], frozenset[st
     return frozenset(first), frozenset(second)
 
 
-class RecordRoutes:
-    """ASGI middleware: the records' routes served directly, everything else passed on."""
+class DirectRoutes:
+    """ASGI middleware: the hot routes served directly, everything else passed on."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
+        exact: Mapping[str, Mapping[str, Endpoint]],
         collection: Mapping[str, Endpoint],
         item: Mapping[str, Endpoint],
         route_paths: Callable[[], Iterable[str]],
         exception_handlers: Mapping[Any, Callable[..., Any]],
     ) -> None:
-        """`collection` and `item`: method -> endpoint of COLLECTION and ITEM; `route_paths`:
+        """`exact`: path -> method -> endpoint of routes without parameters that are the first
+        to match their path; `collection` and `item`: method -> endpoint of COLLECTION and
+        ITEM; `route_paths`:
         every route's path (read when the app builds its middleware, after every route is
         added); `exception_handlers`: the app's, read at each error."""
         self.app = app
+        self._exact = {path: dict(methods) for path, methods in exact.items()}
         self._collection = dict(collection)
         self._item = dict(item)
         self._reserved_first, self._reserved_second = literal_segments(route_paths())
@@ -83,7 +89,15 @@ class RecordRoutes:
     def _match(self, scope: Scope) -> Endpoint | None:
         if scope.get(_TELEMETRY, False) is not None or scope.get("root_path"):
             return None
-        parts = scope["path"].split("/")
+        path: str = scope["path"]
+        exact = self._exact.get(path)
+        if exact is not None:
+            found = exact.get(scope["method"])
+            if found is not None:
+                scope["endpoint"] = found
+                scope["path_params"] = {}
+            return found
+        parts = path.split("/")
         if len(parts) == 3:  # "", "rest", object
             endpoints, params = self._collection, {"object": parts[2]}
         elif len(parts) == 4 and parts[3] and parts[3] not in self._reserved_second:
