@@ -8,11 +8,13 @@ import secrets
 
 import httpx
 import pytest
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from crmkit import telemetry
 from crmkit.errors import NotFound, ServiceError
+from gateway.app import create_app
 from gateway.direct_routes import (
     COLLECTION,
     ITEM,
@@ -23,6 +25,7 @@ from gateway.direct_routes import (
 from gateway.errors import rest_error_response
 from gateway.routing import RouteTable
 from gateway.server_spans import GatewayApp
+from gateway.settings import GatewaySettings
 
 
 def _echo(name: str) -> Endpoint:
@@ -181,3 +184,21 @@ def test_literal_segments_are_read_off_the_route_paths() -> None:
     )
     assert first == {"open-api", "imports"}
     assert second == {"merge"}
+
+
+def test_the_gateway_serves_them_inside_every_other_middleware() -> None:
+    """CORS, body limits and response headers wrap the hot routes as they wrap the router."""
+    settings = GatewaySettings(
+        APP_SECRET="s" * 32,
+        REDIS_URL="redis://localhost",
+        NATS_URL="nats://localhost",
+        CORS_ORIGINS="https://app.example.com",
+        IDENTITY_ADDR="a",
+        METADATA_ADDR="a",
+        RECORDS_ADDR="a",
+        WEBHOOKS_ADDR="a",
+        WORKFLOWS_ADDR="a",
+    )
+    layers: list[object] = [m.cls for m in create_app(settings).user_middleware]
+    assert layers[-1] is DirectRoutes  # the last is the innermost
+    assert CORSMiddleware in layers

@@ -258,6 +258,17 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     routes.add(app, "/healthz", healthz, ["GET"])
     routes.add(app, "/livez", livez, ["GET"])
     routes.add(app, "/readyz", readyz, ["GET"])
+    # Added first, so innermost: every other middleware (CORS, body limits, response headers)
+    # wraps the hot routes it serves as it wraps the router (route_paths is read when the app
+    # builds its middleware, after every route below is added).
+    app.add_middleware(
+        DirectRoutes,
+        exact={"/graphql": {"GET": graphql, "POST": graphql}},
+        collection=RECORD_COLLECTION,
+        item=RECORD_ITEM,
+        route_paths=routes.paths,
+        exception_handlers=app.exception_handlers,
+    )
     install_auth(app, routes, settings)
     routes.add(
         app,
@@ -267,14 +278,6 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             development=development,
         ),
         ["GET", "POST"],
-    )
-    app.add_middleware(
-        DirectRoutes,
-        exact={"/graphql": {"GET": graphql, "POST": graphql}},
-        collection=RECORD_COLLECTION,
-        item=RECORD_ITEM,
-        route_paths=routes.paths,
-        exception_handlers=app.exception_handlers,
     )
     app.add_middleware(BodySizeLimitMiddleware, limits=BodyLimits.of(settings))
     app.add_middleware(
