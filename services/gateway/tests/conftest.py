@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -318,3 +319,24 @@ def run_graphql(fakes: Fakes, schema_parts: tuple[SchemaPart, ...]) -> GraphQLRu
         return body
 
     return run
+
+
+ConnectionHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+StartServer = Callable[[ConnectionHandler], Awaitable[int]]
+
+
+@pytest.fixture
+async def loopback_server() -> AsyncIterator[StartServer]:
+    """Starts a TCP server on 127.0.0.1 serving each connection with the handler given and
+    returns its port; every server started is closed after the test."""
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: ConnectionHandler) -> int:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        servers.append(server)
+        port: int = server.sockets[0].getsockname()[1]
+        return port
+
+    yield start
+    for server in servers:
+        server.close()

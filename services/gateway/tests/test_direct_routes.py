@@ -20,6 +20,7 @@ from gateway.direct_routes import (
     ITEM,
     DirectRoutes,
     Endpoint,
+    install_direct_routes,
     literal_segments,
 )
 from gateway.errors import rest_error_response
@@ -70,14 +71,8 @@ def _app(*, fast: bool) -> GatewayApp:
         routes.add(app, ITEM, endpoint, [method])
     routes.add(app, "/rest/{object}/{id}/history", _echo("history"), ["GET"])
     if fast:
-        app.add_middleware(
-            DirectRoutes,
-            exact={"/graphql": {"GET": graphql, "POST": graphql}},
-            collection=collection,
-            item=item,
-            route_paths=routes.paths,
-            exception_handlers=app.exception_handlers,
-        )
+        exact = {"/graphql": {"GET": graphql, "POST": graphql}}
+        install_direct_routes(app, routes, exact=exact, collection=collection, item=item)
     return app
 
 

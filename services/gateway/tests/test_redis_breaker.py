@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -14,20 +15,14 @@ from gateway.redis_connection import PipelinedRedis
 
 
 class SilentThenRedis:
-    """A TCP server that accepts and never answers (a Redis host that hangs) until `answer` is
+    """A Redis host (served by `loopback_server`) that accepts and never answers until `answer` is
     set, then answers every command `+OK`; counts connections."""
 
     def __init__(self) -> None:
         self.connections = 0
         self.answer = False
-        self.server: asyncio.Server | None = None
 
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port: int = self.server.sockets[0].getsockname()[1]
-        return port
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         answering = self.answer
         while data := await reader.read(65536):
@@ -36,14 +31,12 @@ class SilentThenRedis:
                 await writer.drain()
         writer.close()
 
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
 
-
-async def test_with_redis_hanging_commands_fail_at_once_and_one_reconnect_runs() -> None:
+async def test_with_redis_hanging_commands_fail_at_once_and_one_reconnect_runs(
+    loopback_server: Callable[..., Awaitable[int]],
+) -> None:
     server = SilentThenRedis()
-    port = await server.start()
+    port = await loopback_server(server.serve)
     # Database 1: the handshake sends SELECT, which a hanging host never answers.
     redis = PipelinedRedis(f"redis://127.0.0.1:{port}/1", timeout=0.5, reconnect_interval=0.3)
     background = "reconnecting in the background"
@@ -74,4 +67,3 @@ async def test_with_redis_hanging_commands_fail_at_once_and_one_reconnect_runs()
         assert server.connections == 3
     finally:
         await redis.close()
-        await server.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -16,20 +17,15 @@ from gateway.redis_connection import PipelinedRedis
 
 
 class SlowRedis:
-    """A TCP server answering every command `+OK` after `delay` seconds, in order; a command
-    whose argument is `hang` is never answered (nor is anything after it on that connection)."""
+    """A Redis host (served by `loopback_server`) answering every command `+OK` after `delay`
+    seconds, in order; a command whose argument is `hang` is never answered (nor is anything
+    after it on that connection)."""
 
     def __init__(self, delay: float) -> None:
         self.delay = delay
         self.connections = 0
-        self.server: asyncio.Server | None = None
 
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port: int = self.server.sockets[0].getsockname()[1]
-        return port
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         hung = False
         while data := await reader.read(65536):
@@ -42,14 +38,12 @@ class SlowRedis:
             await writer.drain()
         writer.close()
 
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
 
-
-async def test_replies_in_time_never_time_out_over_many_timeouts() -> None:
+async def test_replies_in_time_never_time_out_over_many_timeouts(
+    loopback_server: Callable[..., Awaitable[int]],
+) -> None:
     server = SlowRedis(delay=0.05)
-    port = await server.start()
+    port = await loopback_server(server.serve)
     redis = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.3)
     try:
         ended = time.monotonic() + 1.5  # five timeouts long
@@ -62,14 +56,13 @@ async def test_replies_in_time_never_time_out_over_many_timeouts() -> None:
         assert server.connections == 1
     finally:
         await redis.close()
-        await server.stop()
 
 
-async def test_a_late_reply_times_out_closes_the_connection_and_the_next_command_reconnects() -> (
-    None
-):
+async def test_a_late_reply_times_out_closes_the_connection_and_the_next_command_reconnects(
+    loopback_server: Callable[..., Awaitable[int]],
+) -> None:
     server = SlowRedis(delay=0.0)
-    port = await server.start()
+    port = await loopback_server(server.serve)
     redis = PipelinedRedis(f"redis://127.0.0.1:{port}/0", timeout=0.4, reconnect_interval=0.1)
     try:
         assert await redis.get("first") == b"OK"
@@ -87,4 +80,3 @@ async def test_a_late_reply_times_out_closes_the_connection_and_the_next_command
         assert server.connections == 2
     finally:
         await redis.close()
-        await server.stop()

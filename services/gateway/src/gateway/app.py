@@ -24,7 +24,7 @@ from gateway.auth.verify import CredentialVerifier
 from gateway.body_limit import BodyLimits, BodySizeLimitMiddleware
 from gateway.datamodel.cache import DataModelCache
 from gateway.datamodel.sync import follow_announcements, schema_fetcher
-from gateway.direct_routes import COLLECTION, ITEM, DirectRoutes
+from gateway.direct_routes import COLLECTION, ITEM, install_direct_routes
 from gateway.errors import rest_error_response
 from gateway.framing import framing_headers
 from gateway.graphql.builder import StaticNames
@@ -258,16 +258,13 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     routes.add(app, "/healthz", healthz, ["GET"])
     routes.add(app, "/livez", livez, ["GET"])
     routes.add(app, "/readyz", readyz, ["GET"])
-    # Added first, so innermost: every other middleware (CORS, body limits, response headers)
-    # wraps the hot routes it serves as it wraps the router (route_paths is read when the app
-    # builds its middleware, after every route below is added).
-    app.add_middleware(
-        DirectRoutes,
+    # Before any other middleware (install_auth adds CORS); the routes added below are read too.
+    install_direct_routes(
+        app,
+        routes,
         exact={"/graphql": {"GET": graphql, "POST": graphql}},
         collection=RECORD_COLLECTION,
         item=RECORD_ITEM,
-        route_paths=routes.paths,
-        exception_handlers=app.exception_handlers,
     )
     install_auth(app, routes, settings)
     routes.add(

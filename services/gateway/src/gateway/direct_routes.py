@@ -19,9 +19,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.routing import RouteTable
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
@@ -44,6 +47,27 @@ def literal_segments(paths: Iterable[str]) -> tuple[frozenset[str], frozenset[st
         if len(parts) > 3 and not parts[3].startswith("{"):
             second.add(parts[3])
     return frozenset(first), frozenset(second)
+
+
+def install_direct_routes(
+    app: Starlette,
+    routes: RouteTable,
+    *,
+    exact: Mapping[str, Mapping[str, Endpoint]],
+    collection: Mapping[str, Endpoint],
+    item: Mapping[str, Endpoint],
+) -> None:
+    """Adds DirectRoutes to `app`, reading the paths of `routes` and the app's exception
+    handlers. Call it before adding any other middleware: the first added is the innermost, so
+    the others (CORS, body limits, response headers) wrap these routes as they wrap the router."""
+    app.add_middleware(
+        DirectRoutes,
+        exact=exact,
+        collection=collection,
+        item=item,
+        route_paths=routes.paths,
+        exception_handlers=app.exception_handlers,
+    )
 
 
 class DirectRoutes:
