@@ -7,6 +7,7 @@ beside plain fields."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 from types import SimpleNamespace
 from typing import Any
@@ -563,3 +564,53 @@ async def test_direct_path_runs_the_named_operation(fakes: Any, schema_parts: An
         assert _direct(query, None, schema, name) is direct, name
     names = orjson.loads((await _both(fakes, schema_parts, query, None, "Names"))[0])
     assert names["data"]["people"]["edges"][0] == {"node": {"firstName": "F0"}}
+
+
+async def test_a_literal_list_is_asked_with_each_callers_data_model_version(
+    fakes: Any, schema_parts: Any
+) -> None:
+    """The records request of a list with literal arguments is made once; each run asks it
+    with the object ref of its own caller's data model."""
+    fakes.records.responses["ListRecords"] = _page_of(PEOPLE_ROWS)
+    schema = await _workspace_schema(fakes, schema_parts)
+    model = await fakes.state.models.get(fakes.principal)
+    query = DIRECT[0][0]
+    compiled = compile_operation(schema, parse(query), None, None)
+    assert isinstance(compiled, DirectOperation)
+    fakes.records.calls.clear()
+    for version in (model.version, model.version + 7):
+        newer = dataclasses.replace(model, version=version)
+        context = GraphQLContext(None, fakes.state, fakes.principal, model=newer)  # type: ignore[arg-type]
+        result = await compiled.run(schema._schema, context, None)
+        assert result is not None
+        assert result.errors is None
+    asked = fakes.records.named("ListRecords")
+    assert [request.ref.metadata_version for request in asked] == [
+        model.version,
+        model.version + 7,
+    ]
+    assert asked[0].filter == asked[1].filter
+    assert asked[0].filter.ByteSize() > 0
+    assert [request.first for request in asked] == [2, 2]
+
+
+async def test_values_of_other_types_in_string_fields_are_coerced_as_graphql_core_does(
+    fakes: Any, schema_parts: Any
+) -> None:
+    """A str in a String, ID, UUID or DateTime field is answered as it is; any other value
+    still goes through the field's scalar (a number in a String field reads "5")."""
+    odd = {**PEOPLE_ROWS[0], "firstName": 5, "lastName": True, "createdAt": 12, "id": 7}
+    fakes.records.responses["ListRecords"] = _page_of([odd, PEOPLE_ROWS[1]])
+    query = "{ people { edges { node { id firstName lastName createdAt jobTitle } } } }"
+    ours, theirs, _, _ = await _both(fakes, schema_parts, query, None)
+    core, _ = await _graphql_core_answer(fakes, schema_parts, query)
+    assert ours == theirs == core
+    nodes = [edge["node"] for edge in orjson.loads(ours)["data"]["people"]["edges"]]
+    assert nodes[0] == {
+        "id": "7",
+        "firstName": "5",
+        "lastName": "true",
+        "createdAt": "12",
+        "jobTitle": "Engineer",
+    }
+    assert nodes[1]["createdAt"] == "2026-11-22T10:00:00.000Z"

@@ -8,7 +8,9 @@ resolver (RecordOperations.page, .get_one, .create, .update, .delete or .restore
 selects (RecordOperations.Selected, which the resolver otherwise reads from
 `Info.selected_fields` on every request), its arguments converted by Strawberry's own
 `convert_arguments` (once, when they are literals; per request, from the coerced variables,
-otherwise) and the plan of its selection set (gateway.graphql.execution). A request then costs
+otherwise), for a list with literal arguments its records request too (filter and order parsed
+once; only the caller's object ref is added per request), and the plan of its selection set
+(gateway.graphql.execution). A request then costs
 the resolver's one call and the plan's run, without Strawberry's and graphql-core's execution
 machinery around them.
 
@@ -58,6 +60,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.arguments import convert_arguments
 from strawberry.types.nodes import convert_selections
 
+from crm.records.v1 import records_pb2
 from gateway import idempotency
 from gateway.graphql.execution import NOT_PLAIN, GatewayExecutionContext, Plan, run_plan
 from gateway.graphql.records import RecordOperations, Selected
@@ -97,6 +100,8 @@ class DirectOperation:
     operation: OperationDefinitionNode
     convert: ConvertArguments
     arguments: dict[str, Any] | None  # converted once when the arguments are literals
+    # A list's records request, made once when its arguments are literals and accepted.
+    prepared: records_pb2.ListRecordsRequest | None = None
 
     def arguments_for(
         self, schema: GraphQLSchema, variables: dict[str, Any] | None
@@ -124,6 +129,10 @@ class DirectOperation:
         reads = self.kind in _READS
         if not reads and _has_idempotency_key(context):
             return None
+        if self.prepared is not None:
+            return await self._answer(
+                context, reads, self.operations.prepared_page(context, self.prepared)
+            )
         try:
             arguments = self.arguments_for(schema, variables)
         except Exception:  # the normal execution raises and reports it
@@ -131,11 +140,17 @@ class DirectOperation:
         if arguments is None:
             return None
         method = _CALLS[self.kind]
+        if reads:
+            call = method(self.operations, context, self.selected, **arguments)
+        else:
+            call = method(self.operations, context, **arguments)
+        return await self._answer(context, reads, call)
+
+    async def _answer(
+        self, context: Any, reads: bool, call: Awaitable[Any]
+    ) -> ExecutionResult | None:
         try:
-            if reads:
-                value = await method(self.operations, context, self.selected, **arguments)
-            else:
-                value = await method(self.operations, context, **arguments)
+            value = await call
         except Exception as exc:
             error = located_error(exc, list(self.nodes), [self.key])
             return _result(None if self.non_null else {self.key: None}, [error])
@@ -253,11 +268,14 @@ def compile_operation(
         )
 
     arguments = None
+    prepared = None
     if not operation.variable_definitions:
         try:
             arguments = convert(get_argument_values(field_def, nodes[0], None))
         except Exception:  # the normal execution raises and reports it
             return _NOT_DIRECT
+        if kind == LIST:
+            prepared = _prepared_list(operations, selected, arguments)
     return DirectOperation(
         key=key,
         nodes=nodes,
@@ -270,7 +288,19 @@ def compile_operation(
         operation=operation,
         convert=convert,
         arguments=arguments,
+        prepared=prepared,
     )
+
+
+def _prepared_list(
+    operations: RecordOperations, selected: Selected, arguments: dict[str, Any]
+) -> records_pb2.ListRecordsRequest | None:
+    """The records request of a list whose arguments are literals; None when they are refused
+    (each request then reports it)."""
+    try:
+        return operations.list_request(selected, **arguments)
+    except Exception:
+        return None
 
 
 def _record_resolver(field_def: GraphQLField) -> tuple[RecordOperations, str, Any] | None:

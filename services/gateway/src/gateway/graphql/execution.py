@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from graphql import (
@@ -41,7 +41,7 @@ from graphql.pyutils import Undefined
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 
-from gateway.graphql.scalars import resolve_attribute
+from gateway.graphql.scalars import STR_OUTPUT_AS_IS, resolve_attribute
 
 _LEAF_TYPES = (GraphQLScalarType, GraphQLEnumType)
 # Values of these types are neither errors nor awaitables (what graphql-core checks a value for).
@@ -71,6 +71,8 @@ class _Field:
     # A nested many-to-one relation (`resolve` is None, `item` the nested record's key): the
     # parent's foreign key, whose value without a nested record means the resolver must load it.
     foreign_key: str | None = None
+    # A scalar whose coercion answers a str as it is: a str value is taken without calling it.
+    str_as_is: bool = False
 
 
 Plan = tuple[_Field, ...]
@@ -153,6 +155,9 @@ def run_plan(plan: Plan, source: Any) -> Any:
             continue
         if is_dict and field.item is not None:
             value = source.get(field.item)
+            if field.str_as_is and type(value) is str:
+                result[field.key] = value
+                continue
         else:
             try:
                 value = resolve(source, None)
@@ -262,7 +267,9 @@ class GatewayExecutionContext(StrawberryGraphQLCoreExecutionContext):
         resolve, item = field_def.resolve, _dict_key(field_def)
         if isinstance(field_type, _LEAF_TYPES):
             coerce = field_type.coerce_output_value
-            return _Field(key, resolve, item, "", non_null, is_list, item_non_null, coerce, None)
+            str_as_is = not is_list and coerce in STR_OUTPUT_AS_IS
+            field = _Field(key, resolve, item, "", non_null, is_list, item_non_null, coerce, None)
+            return replace(field, str_as_is=True) if str_as_is else field
         if not isinstance(field_type, GraphQLObjectType) or field_type.is_type_of is not None:
             return None  # abstract types, nested lists, checked types: graphql-core's path
         grouped, defer_usages, _ = self.collect_subfields(field_type, details)

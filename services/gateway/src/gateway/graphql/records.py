@@ -142,6 +142,16 @@ class RecordOperations:
         self,
         context: GraphQLContext,
         selected: Selected,
+        **arguments: Any,
+    ) -> Record:
+        """`list_page` with what the query selects below the field already known."""
+        request = self.list_request(selected, **arguments)
+        request.ref.CopyFrom(self._ref(context))
+        return await self._answer_page(context, request)
+
+    def list_request(
+        self,
+        selected: Selected,
         filter: Any = UNSET,
         orderBy: Any = UNSET,  # noqa: N803
         limit: int | None = UNSET,
@@ -150,8 +160,9 @@ class RecordOperations:
         last: int | None = UNSET,
         before: str | None = UNSET,
         exactCount: bool | None = UNSET,  # noqa: N803
-    ) -> Record:
-        """`list_page` with what the query selects below the field already known."""
+    ) -> records_pb2.ListRecordsRequest:
+        """The ListRecords request of a page, without the caller's object ref (InvalidArgument
+        for a page size out of range or a filter refused)."""
         first_value, limit_value, last_value = _given(first), _given(limit), _given(last)
         if last_value is not None:
             size_last, size_first = page_size(last_value, field="last"), 0
@@ -162,8 +173,7 @@ class RecordOperations:
                 else page_size(limit_value, field="limit")
             )
             size_last = 0
-        request = records_pb2.ListRecordsRequest(
-            ref=self._ref(context),
+        return records_pb2.ListRecordsRequest(
             filter=parse_graphql_filter(filter, self.obj),
             order_by=order_by(orderBy),
             first=size_first,
@@ -175,6 +185,19 @@ class RecordOperations:
             exact_total_count=bool(_given(exactCount)),
             page_cursors_only="cursor" not in selected.edges,
         )
+
+    async def prepared_page(
+        self, context: GraphQLContext, prepared: records_pb2.ListRecordsRequest
+    ) -> Record:
+        """The page a `list_request` made once (for a query whose arguments are literals)
+        asks for, for this caller."""
+        request = records_pb2.ListRecordsRequest(ref=self._ref(context))
+        request.MergeFrom(prepared)
+        return await self._answer_page(context, request)
+
+    async def _answer_page(
+        self, context: GraphQLContext, request: records_pb2.ListRecordsRequest
+    ) -> Record:
         stub = context.state.upstreams.records
         response = await context.ask(stub.ListRecords, request)
         result = connection(

@@ -13,6 +13,7 @@ import uuid
 from typing import Any, NewType
 
 import strawberry
+from graphql.type.scalars import serialize_id, serialize_string
 from strawberry.schema.config import StrawberryConfig
 
 BigInt = NewType("BigInt", int)
@@ -116,6 +117,13 @@ SCALAR_MAP: dict[object, Any] = {
         parse_value=_parse_bigint,
     ),
 }
+
+
+# Output coercions that answer a str as it is (gateway.graphql.execution skips calling them
+# for one): GraphQL's String and ID, and this module's UUID, DateTime and Date.
+STR_OUTPUT_AS_IS: frozenset[Any] = frozenset(
+    {serialize_string, serialize_id, str, serialize_datetime, _serialize_date}
+)
 
 
 def resolve_attribute(source: Any, name: str) -> object:
