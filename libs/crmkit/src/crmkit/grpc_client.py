@@ -5,13 +5,23 @@ when it has none and carries the current trace context in its metadata; inside a
 it is a CLIENT span. This is done by wrapping the channel's callables rather than with a grpc.aio
 client interceptor: an interceptor runs every call through an extra task and call object, which
 cost more CPU than the rest of the client side of a call (measured, docs/benchmarks.md).
+
+A unary call is made on grpc.aio's own Cython call (`_LeanUnary`): what grpc.aio's
+UnaryUnaryCall does around it (a task per call, a call object, a Metadata object, the
+channel's weak set of calls) is not done, as no caller here uses the call object; only its
+response or its AioRpcError, raised as grpc.aio raises it (docs/decisions.md, "The gRPC
+client's unary call").
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import grpc
+from grpc._cython import cygrpc
+from grpc.aio._call import _create_rpc_error
 from opentelemetry import trace
 
 from crmkit.telemetry import metadata_from_context
@@ -44,16 +54,61 @@ def channel_options(keepalive_time: float = KEEPALIVE_TIME) -> list[tuple[str, i
     ]
 
 
+class _LeanUnary:
+    """A unary call of a grpc.aio UnaryUnaryMultiCallable made directly on its Cython call."""
+
+    __slots__ = ("_channel", "_deserialize", "_handle", "_in_flight", "_method", "_serialize")
+
+    def __init__(self, inner: Any, in_flight: set[Any]) -> None:
+        self._channel = inner._channel
+        self._method = inner._method
+        self._handle = inner._registered_call_handle
+        self._serialize = inner._request_serializer
+        self._deserialize = inner._response_deserializer
+        self._in_flight = in_flight
+
+    @classmethod
+    def of(cls, inner: Any, in_flight: set[Any]) -> _LeanUnary | None:
+        """None when `inner` is not grpc.aio's plain callable (interceptors, another class)."""
+        if type(inner) is not grpc.aio._channel.UnaryUnaryMultiCallable or inner._interceptors:
+            return None
+        return cls(inner, in_flight)
+
+    async def __call__(self, request: Any, timeout: float, metadata: Any) -> Any:
+        call = self._channel.call(self._method, time.time() + timeout, None, None, self._handle)
+        serialized = request if self._serialize is None else self._serialize(request)
+        self._in_flight.add(call)
+        try:
+            response = await call.unary_unary(
+                serialized, tuple(metadata), cygrpc.build_census_context()
+            )
+        except asyncio.CancelledError:
+            if not call.done():
+                call.cancel(_CANCELLED)
+            raise
+        finally:
+            self._in_flight.discard(call)
+        if call.is_ok():
+            return response if self._deserialize is None else self._deserialize(response)
+        if call.is_locally_cancelled():
+            raise asyncio.CancelledError()
+        raise _create_rpc_error(call._initial_metadata, call._status)
+
+
+_CANCELLED = "Locally cancelled by application!"  # grpc.aio's details of a local cancel
+
+
 class UnaryCall:
     """A unary method of a peer: `await method(request, metadata=...)` as with grpc.aio, plus
     the default deadline and the trace context."""
 
-    __slots__ = ("_inner", "_name", "_timeout")
+    __slots__ = ("_inner", "_lean", "_name", "_timeout")
 
-    def __init__(self, inner: Any, name: str, default_timeout: float) -> None:
+    def __init__(self, inner: Any, name: str, default_timeout: float, in_flight: set[Any]) -> None:
         self._inner = inner
         self._name = name.lstrip("/")
         self._timeout = default_timeout
+        self._lean = _LeanUnary.of(inner, in_flight)  # None: grpc.aio's call is made
 
     def __call__(
         self,
@@ -72,6 +127,21 @@ class UnaryCall:
             return self._traced(
                 request, deadline, metadata, credentials, wait_for_ready, compression
             )
+        return self._send(request, deadline, metadata, credentials, wait_for_ready, compression)
+
+    def _send(
+        self,
+        request: Any,
+        deadline: float,
+        metadata: Any,
+        credentials: Any,
+        wait_for_ready: bool | None,
+        compression: Any,
+    ) -> Any:
+        lean = self._lean
+        plain = credentials is None and wait_for_ready is None and compression is None
+        if lean is not None and plain:
+            return lean(request, deadline, _with_trace(metadata))
         return self._inner(
             request,
             timeout=deadline,
@@ -93,13 +163,8 @@ class UnaryCall:
         with _tracer.start_as_current_span(
             self._name, kind=trace.SpanKind.CLIENT, attributes={"rpc.system": "grpc"}
         ):
-            return await self._inner(
-                request,
-                timeout=deadline,
-                metadata=_with_trace(metadata),
-                credentials=credentials,
-                wait_for_ready=wait_for_ready,
-                compression=compression,
+            return await self._send(
+                request, deadline, metadata, credentials, wait_for_ready, compression
             )
 
 
@@ -111,14 +176,17 @@ def _with_trace(metadata: Any) -> list[tuple[str, str | bytes]]:
 
 
 class Channel:
-    """A grpc.aio channel whose unary methods are `UnaryCall`s (stubs take it as a channel)."""
+    """A grpc.aio channel whose unary methods are `UnaryCall`s (stubs take it as a channel).
+    Closing it cancels the unary calls still in flight, as grpc.aio's close does its own."""
 
     def __init__(self, inner: grpc.aio.Channel, default_timeout: float) -> None:
         self.inner = inner
         self._timeout = default_timeout
+        self._in_flight: set[Any] = set()  # Cython calls of the UnaryCalls
 
     def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> UnaryCall:
-        return UnaryCall(self.inner.unary_unary(method, *args, **kwargs), method, self._timeout)
+        callable_ = self.inner.unary_unary(method, *args, **kwargs)
+        return UnaryCall(callable_, method, self._timeout, self._in_flight)
 
     def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self.inner.unary_stream(method, *args, **kwargs)
@@ -139,7 +207,21 @@ class Channel:
         await self.inner.channel_ready()
 
     async def close(self, grace: float | None = None) -> None:
+        if grace:
+            await self._settled(grace)
+        for call in list(self._in_flight):
+            if not call.done():
+                call.cancel(_CANCELLED)
+        self._in_flight.clear()
         await self.inner.close(grace)
+
+    async def _settled(self, grace: float) -> None:
+        """Until the unary calls in flight are done, `grace` seconds at most."""
+        statuses = [
+            asyncio.ensure_future(call.status()) for call in self._in_flight if not call.done()
+        ]
+        if statuses:
+            await asyncio.wait(statuses, timeout=grace)
 
     async def __aenter__(self) -> Channel:
         return self
