@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -124,8 +125,11 @@ class UnaryCall:
         keeps the CLIENT span open until the response (or error) arrives."""
         deadline = self._timeout if timeout is None else timeout
         if trace.get_current_span().is_recording():
+            # the call is made inside the span, so its metadata carries the span's context
             return self._traced(
-                request, deadline, metadata, credentials, wait_for_ready, compression
+                lambda: self._send(
+                    request, deadline, metadata, credentials, wait_for_ready, compression
+                )
             )
         return self._send(request, deadline, metadata, credentials, wait_for_ready, compression)
 
@@ -151,21 +155,11 @@ class UnaryCall:
             compression=compression,
         )
 
-    async def _traced(
-        self,
-        request: Any,
-        deadline: float,
-        metadata: Any,
-        credentials: Any,
-        wait_for_ready: bool | None,
-        compression: Any,
-    ) -> Any:
+    async def _traced(self, send: Callable[[], Awaitable[Any]]) -> Any:
         with _tracer.start_as_current_span(
             self._name, kind=trace.SpanKind.CLIENT, attributes={"rpc.system": "grpc"}
         ):
-            return await self._send(
-                request, deadline, metadata, credentials, wait_for_ready, compression
-            )
+            return await send()
 
 
 def _with_trace(metadata: Any) -> list[tuple[str, str | bytes]]:
