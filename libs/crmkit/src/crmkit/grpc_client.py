@@ -10,7 +10,9 @@ A unary call is made on grpc.aio's own Cython call (`_LeanUnary`): what grpc.aio
 UnaryUnaryCall does around it (a task per call, a call object, a Metadata object, the
 channel's weak set of calls) is not done, as no caller here uses the call object; only its
 response or its AioRpcError, raised as grpc.aio raises it (docs/decisions.md, "The gRPC
-client's unary call").
+client's unary call"). On a channel opened `multiplexed`, it is sent as a frame on one of the
+channel's long-lived streams instead (crmkit.multiplex_client; docs/decisions.md, "Unary calls
+over one stream"), unless the server does not serve them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from grpc._cython import cygrpc
 from grpc.aio._call import _create_rpc_error
 from opentelemetry import trace
 
+from crmkit.multiplex_client import MultiplexedCalls, NotMultiplexed
 from crmkit.telemetry import metadata_from_context
 
 _tracer = trace.get_tracer("crmkit.grpc")
@@ -58,26 +61,49 @@ def channel_options(keepalive_time: float = KEEPALIVE_TIME) -> list[tuple[str, i
 class _LeanUnary:
     """A unary call of a grpc.aio UnaryUnaryMultiCallable made directly on its Cython call."""
 
-    __slots__ = ("_channel", "_deserialize", "_handle", "_in_flight", "_method", "_serialize")
+    __slots__ = (
+        "_channel",
+        "_deserialize",
+        "_handle",
+        "_in_flight",
+        "_method",
+        "_method_name",
+        "_multiplexed",
+        "_serialize",
+    )
 
-    def __init__(self, inner: Any, in_flight: set[Any]) -> None:
+    def __init__(
+        self, inner: Any, in_flight: set[Any], multiplexed: MultiplexedCalls | None
+    ) -> None:
         self._channel = inner._channel
         self._method = inner._method
+        self._method_name = inner._method.decode()
         self._handle = inner._registered_call_handle
         self._serialize = inner._request_serializer
         self._deserialize = inner._response_deserializer
         self._in_flight = in_flight
+        self._multiplexed = multiplexed
 
     @classmethod
-    def of(cls, inner: Any, in_flight: set[Any]) -> _LeanUnary | None:
+    def of(
+        cls, inner: Any, in_flight: set[Any], multiplexed: MultiplexedCalls | None
+    ) -> _LeanUnary | None:
         """None when `inner` is not grpc.aio's plain callable (interceptors, another class)."""
         if type(inner) is not grpc.aio._channel.UnaryUnaryMultiCallable or inner._interceptors:
             return None
-        return cls(inner, in_flight)
+        return cls(inner, in_flight, multiplexed)
 
     async def __call__(self, request: Any, timeout: float, metadata: Any) -> Any:
-        call = self._channel.call(self._method, time.time() + timeout, None, None, self._handle)
         serialized = request if self._serialize is None else self._serialize(request)
+        multiplexed = self._multiplexed
+        if multiplexed is not None and multiplexed.available:
+            try:
+                response = await multiplexed.call(self._method_name, serialized, timeout, metadata)
+            except NotMultiplexed:
+                pass  # the server answered UNIMPLEMENTED before running the call
+            else:
+                return response if self._deserialize is None else self._deserialize(response)
+        call = self._channel.call(self._method, time.time() + timeout, None, None, self._handle)
         self._in_flight.add(call)
         try:
             response = await call.unary_unary(
@@ -105,11 +131,18 @@ class UnaryCall:
 
     __slots__ = ("_inner", "_lean", "_name", "_timeout")
 
-    def __init__(self, inner: Any, name: str, default_timeout: float, in_flight: set[Any]) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        name: str,
+        default_timeout: float,
+        in_flight: set[Any],
+        multiplexed: MultiplexedCalls | None = None,
+    ) -> None:
         self._inner = inner
         self._name = name.lstrip("/")
         self._timeout = default_timeout
-        self._lean = _LeanUnary.of(inner, in_flight)  # None: grpc.aio's call is made
+        self._lean = _LeanUnary.of(inner, in_flight, multiplexed)  # None: grpc.aio's call
 
     def __call__(
         self,
@@ -171,16 +204,20 @@ def _with_trace(metadata: Any) -> list[tuple[str, str | bytes]]:
 
 class Channel:
     """A grpc.aio channel whose unary methods are `UnaryCall`s (stubs take it as a channel).
-    Closing it cancels the unary calls still in flight, as grpc.aio's close does its own."""
+    Closing it cancels the unary calls still in flight, as grpc.aio's close does its own.
+    `multiplexed`: unary calls go as frames over the channel's streams (crmkit.multiplex_client)."""
 
-    def __init__(self, inner: grpc.aio.Channel, default_timeout: float) -> None:
+    def __init__(
+        self, inner: grpc.aio.Channel, default_timeout: float, *, multiplexed: bool = False
+    ) -> None:
         self.inner = inner
         self._timeout = default_timeout
         self._in_flight: set[Any] = set()  # Cython calls of the UnaryCalls
+        self._multiplexed = MultiplexedCalls(inner) if multiplexed else None
 
     def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> UnaryCall:
         callable_ = self.inner.unary_unary(method, *args, **kwargs)
-        return UnaryCall(callable_, method, self._timeout, self._in_flight)
+        return UnaryCall(callable_, method, self._timeout, self._in_flight, self._multiplexed)
 
     def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self.inner.unary_stream(method, *args, **kwargs)
@@ -201,6 +238,8 @@ class Channel:
         await self.inner.channel_ready()
 
     async def close(self, grace: float | None = None) -> None:
+        if self._multiplexed is not None:
+            await self._multiplexed.close(grace)
         if grace:
             await self._settled(grace)
         for call in list(self._in_flight):
@@ -238,7 +277,12 @@ def open_channel(
     default_timeout: float,
     keepalive_time: float = KEEPALIVE_TIME,
     extra_options: list[tuple[str, int | str]] | None = None,
+    *,
+    multiplexed: bool = False,
 ) -> Channel:
-    """An insecure channel (traffic stays inside the cluster network) to `address`."""
+    """An insecure channel (traffic stays inside the cluster network) to `address`;
+    `multiplexed` for a peer that is one of the services (crmkit.grpc_server serves the
+    multiplexed stream), whose unary calls then go as frames over long-lived streams."""
     options = channel_options(keepalive_time) + (extra_options or [])
-    return Channel(grpc.aio.insecure_channel(address, options=options), default_timeout)
+    inner = grpc.aio.insecure_channel(address, options=options)
+    return Channel(inner, default_timeout, multiplexed=multiplexed)

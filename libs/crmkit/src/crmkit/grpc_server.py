@@ -2,9 +2,9 @@
 
 Builds the aio server, adds the servicers (each method handler wrapped by
 crmkit.server_calls.ServerCalls), the standard health service and reflection (names from the
-proto descriptors), all as generic handlers (crmkit.server_calls.Registration), serves /metrics
-on its own port, marks SERVING after start, and on SIGTERM/SIGINT goes NOT_SERVING, drains and
-stops.
+proto descriptors), all as generic handlers (crmkit.server_calls.Registration), and the
+multiplexed stream over all of them (crmkit.multiplex_server), serves /metrics on its own port,
+marks SERVING after start, and on SIGTERM/SIGINT goes NOT_SERVING, drains and stops.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from crmkit.grpc_client import channel_options
 from crmkit.heap import tune_after_startup
 from crmkit.metrics import GrpcServerMetrics, start_metrics_server
+from crmkit.multiplex_server import Multiplexer, resolver
 from crmkit.server_calls import Registration, ServerCalls
 from crmkit.settings import GrpcServiceSettings
 
@@ -78,11 +79,20 @@ async def run_service(
         options=server_options(settings),
         maximum_concurrent_rpcs=settings.GRPC_MAX_WORKERS_CONCURRENCY,
     )
+    served: list[grpc.GenericRpcHandler] = []
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, Registration(server))
+    health_pb2_grpc.add_HealthServicer_to_server(
+        health_servicer, Registration(server, served=served)
+    )
     calls = ServerCalls(GrpcServerMetrics.create(registry))
     for binding in runtime.bindings:
-        binding.add_to_server(binding.servicer, calls.registering(server))
+        binding.add_to_server(binding.servicer, calls.registering(server, served))
+    multiplexer = Multiplexer(
+        resolver(served),
+        settings.GRPC_MAX_CONNECTION_AGE,
+        concurrency=settings.GRPC_MAX_WORKERS_CONCURRENCY,
+    )
+    server.add_generic_rpc_handlers((multiplexer.handler(),))
     names = [binding.service_name for binding in runtime.bindings]
     reflected = [
         *names,
@@ -123,6 +133,7 @@ async def run_service(
 
     log.info("shutting down", extra={"grace_seconds": settings.SHUTDOWN_GRACE_SECONDS})
     await health_servicer.enter_graceful_shutdown()
+    multiplexer.drain()
     await server.stop(settings.SHUTDOWN_GRACE_SECONDS)
     for task in tasks:
         task.cancel()

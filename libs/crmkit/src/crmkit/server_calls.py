@@ -59,9 +59,11 @@ class ServerCalls:
         self._outages: dict[str, OutageLog] = {}
         self._outcomes = Children(metrics.requests)
 
-    def registering(self, server: grpc.aio.Server) -> Registration:
+    def registering(
+        self, server: grpc.aio.Server, served: list[grpc.GenericRpcHandler] | None = None
+    ) -> Registration:
         """What a generated `add_*Servicer_to_server` is given in place of `server`."""
-        return Registration(server, self)
+        return Registration(server, self, served)
 
     def _unavailable(self, dependency: str, exc: Exception) -> grpc.Status:
         """A connection-level failure of PostgreSQL or NATS: UNAVAILABLE, logged once per
@@ -206,18 +208,27 @@ class Registration:
     That is not passed on: grpc.aio's server then keeps a pending request for each registered
     method and waits on all of them (asyncio.wait) for every call it accepts, a cost that grows
     with the number of methods (~35 in records: ~30k instructions a call). Calls of methods that
-    are not registered reach the generic handlers, one pending request for all.
+    are not registered reach the generic handlers, one pending request for all. `served`
+    collects the handlers added, for the multiplexed stream (crmkit.multiplex_server).
     """
 
-    def __init__(self, server: grpc.aio.Server, calls: ServerCalls | None = None) -> None:
+    def __init__(
+        self,
+        server: grpc.aio.Server,
+        calls: ServerCalls | None = None,
+        served: list[grpc.GenericRpcHandler] | None = None,
+    ) -> None:
         self._server = server
         self._calls = calls
+        self._served = served
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         calls = self._calls
         if calls is not None:
             handlers = [_WrappedGenericHandler(handler, calls) for handler in handlers]
         self._server.add_generic_rpc_handlers(tuple(handlers))
+        if self._served is not None:
+            self._served.extend(handlers)
 
     def add_registered_method_handlers(
         self, service_name: str, method_handlers: dict[str, grpc.RpcMethodHandler]

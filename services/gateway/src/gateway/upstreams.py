@@ -39,12 +39,15 @@ class Upstreams:
     @classmethod
     def open(cls, settings: GatewaySettings) -> Upstreams:
         timeout, keepalive = settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+        # Unary calls go as frames over long-lived streams (crmkit.multiplex_client).
         channels = {
-            "identity": open_channel(settings.IDENTITY_ADDR, timeout, keepalive),
-            "metadata": open_channel(settings.METADATA_ADDR, timeout, keepalive),
-            "records": open_channel(settings.RECORDS_ADDR, timeout, keepalive),
-            "webhooks": open_channel(settings.WEBHOOKS_ADDR, timeout, keepalive),
-            "workflows": open_channel(settings.WORKFLOWS_ADDR, timeout, keepalive),
+            "identity": open_channel(settings.IDENTITY_ADDR, timeout, keepalive, multiplexed=True),
+            "metadata": open_channel(settings.METADATA_ADDR, timeout, keepalive, multiplexed=True),
+            "records": open_channel(settings.RECORDS_ADDR, timeout, keepalive, multiplexed=True),
+            "webhooks": open_channel(settings.WEBHOOKS_ADDR, timeout, keepalive, multiplexed=True),
+            "workflows": open_channel(
+                settings.WORKFLOWS_ADDR, timeout, keepalive, multiplexed=True
+            ),
         }
         identity = channels["identity"]
         exports = open_channel(

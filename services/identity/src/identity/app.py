@@ -45,7 +45,10 @@ async def serve(settings: IdentitySettings) -> None:
     observe_pools(registry, {"identity": pool})
     redis = Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     metadata_channel = open_channel(
-        settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+        settings.METADATA_ADDR,
+        settings.GRPC_CALL_TIMEOUT,
+        settings.GRPC_KEEPALIVE_TIME,
+        multiplexed=True,
     )
     cache = CredentialCache(redis, settings.CREDENTIAL_CACHE_TTL, metrics.cache_failures)
     deps = Deps(

@@ -31,7 +31,10 @@ async def serve(settings: MetadataSettings) -> None:
     observe_pools(registry, {"metadata": pool})
     nats = await messaging.connect(settings.NATS_URL, "metadata")
     channel = open_channel(
-        settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+        settings.RECORDS_ADDR,
+        settings.GRPC_CALL_TIMEOUT,
+        settings.GRPC_KEEPALIVE_TIME,
+        multiplexed=True,
     )
     records = records_pb2_grpc.RecordsServiceStub(channel)
     principals = PrincipalCodec(settings.APP_SECRET)

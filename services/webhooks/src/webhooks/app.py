@@ -56,13 +56,22 @@ async def serve(settings: WebhooksSettings) -> None:
     observe_pools(registry, {"webhooks": pool, "webhooks-dispatch": dispatch_pool})
     nats = await messaging.connect(settings.NATS_URL, "webhooks")
     metadata_channel = open_channel(
-        settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+        settings.METADATA_ADDR,
+        settings.GRPC_CALL_TIMEOUT,
+        settings.GRPC_KEEPALIVE_TIME,
+        multiplexed=True,
     )
     records_channel = open_channel(
-        settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+        settings.RECORDS_ADDR,
+        settings.GRPC_CALL_TIMEOUT,
+        settings.GRPC_KEEPALIVE_TIME,
+        multiplexed=True,
     )
     identity_channel = open_channel(
-        settings.IDENTITY_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+        settings.IDENTITY_ADDR,
+        settings.GRPC_CALL_TIMEOUT,
+        settings.GRPC_KEEPALIVE_TIME,
+        multiplexed=True,
     )
     principals = PrincipalCodec(settings.APP_SECRET)
     policy = OutboundPolicy(allow_private=settings.WEBHOOK_ALLOW_PRIVATE_TARGETS)

@@ -56,13 +56,22 @@ async def serve(settings: WorkflowsSettings) -> None:
     observe_pools(registry, {"workflows": pool, "workflows-runner": run_pool})
     nats = await messaging.connect(settings.NATS_URL, "workflows")
     metadata_channel = open_channel(
-        settings.METADATA_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+        settings.METADATA_ADDR,
+        settings.GRPC_CALL_TIMEOUT,
+        settings.GRPC_KEEPALIVE_TIME,
+        multiplexed=True,
     )
     records_channel = open_channel(
-        settings.RECORDS_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+        settings.RECORDS_ADDR,
+        settings.GRPC_CALL_TIMEOUT,
+        settings.GRPC_KEEPALIVE_TIME,
+        multiplexed=True,
     )
     identity_channel = open_channel(
-        settings.IDENTITY_ADDR, settings.GRPC_CALL_TIMEOUT, settings.GRPC_KEEPALIVE_TIME
+        settings.IDENTITY_ADDR,
+        settings.GRPC_CALL_TIMEOUT,
+        settings.GRPC_KEEPALIVE_TIME,
+        multiplexed=True,
     )
     records = records_pb2_grpc.RecordsServiceStub(records_channel)
     principals = PrincipalCodec(settings.APP_SECRET)

@@ -1,0 +1,33 @@
+"""What both ends of the multiplexed stream share (crm.mux.v1; docs/decisions.md, "Unary calls
+over one stream"): the method's name and metadata as frame entries and back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from crm.mux.v1 import mux_pb2
+
+EXCHANGE = "/crm.mux.v1.Multiplexer/Exchange"
+SERVICE = "crm.mux.v1.Multiplexer"
+
+CALL = mux_pb2.Frame.KIND_CALL
+REPLY = mux_pb2.Frame.KIND_REPLY
+CANCEL = mux_pb2.Frame.KIND_CANCEL
+DRAIN = mux_pb2.Frame.KIND_DRAIN
+
+Metadata = Sequence[tuple[str, str | bytes]]
+
+
+def entries(metadata: Iterable[tuple[str, str | bytes]]) -> list[mux_pb2.Entry]:
+    return [
+        mux_pb2.Entry(key=key, value=value if isinstance(value, bytes) else value.encode())
+        for key, value in metadata
+    ]
+
+
+def metadata_of(items: Iterable[mux_pb2.Entry]) -> tuple[tuple[str, str | bytes], ...]:
+    """Entries as grpc metadata: bytes for "-bin" keys, str for the others."""
+    return tuple(
+        (item.key, item.value if item.key.endswith("-bin") else item.value.decode())
+        for item in items
+    )
