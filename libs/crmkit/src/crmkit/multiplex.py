@@ -18,11 +18,11 @@ DRAIN = mux_pb2.Frame.KIND_DRAIN
 Metadata = Sequence[tuple[str, str | bytes]]
 
 
-def entries(metadata: Iterable[tuple[str, str | bytes]]) -> list[mux_pb2.Entry]:
-    return [
-        mux_pb2.Entry(key=key, value=value if isinstance(value, bytes) else value.encode())
-        for key, value in metadata
-    ]
+def add_entries(frame: mux_pb2.Frame, metadata: Iterable[tuple[str, str | bytes]]) -> None:
+    """`metadata` into the frame's entries (made in place: an Entry passed in is copied)."""
+    add = frame.metadata.add
+    for key, value in metadata:
+        add(key=key, value=value if isinstance(value, bytes) else value.encode())
 
 
 def metadata_of(items: Iterable[mux_pb2.Entry]) -> tuple[tuple[str, str | bytes], ...]:

@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 
 from crm.mux.v1 import mux_pb2
-from crmkit.multiplex import CALL, CANCEL, DRAIN, EXCHANGE, REPLY, entries, metadata_of
+from crmkit.multiplex import CALL, CANCEL, DRAIN, EXCHANGE, REPLY, add_entries, metadata_of
 
 log = logging.getLogger("crmkit.multiplex")
 
@@ -89,22 +89,19 @@ class _ClientStream:
     async def call(
         self, frame_id: int, method: str, payload: bytes, timeout: float, metadata: Any
     ) -> bytes:
-        future: asyncio.Future[mux_pb2.Frame] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[mux_pb2.Frame] = loop.create_future()
         self.pending[frame_id] = future
-        self._send(
-            mux_pb2.Frame(
-                kind=CALL,
-                id=frame_id,
-                method=method,
-                payload=payload,
-                metadata=entries(metadata),
-                timeout=timeout,
-            )
+        frame = mux_pb2.Frame(
+            kind=CALL, id=frame_id, method=method, payload=payload, timeout=timeout
         )
+        add_entries(frame, metadata)
+        self._send(frame)
+        # A timer on the future, not asyncio.timeout: no cancel and uncancel of the task.
+        expiry = loop.call_later(timeout, _expire, future)
         try:
-            async with asyncio.timeout(timeout):
-                reply = await future
-        except TimeoutError:
+            reply = await future
+        except _Expired:
             self._send(mux_pb2.Frame(kind=CANCEL, id=frame_id))
             raise _error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         except asyncio.CancelledError:
@@ -112,8 +109,10 @@ class _ClientStream:
                 self._send(mux_pb2.Frame(kind=CANCEL, id=frame_id))
             raise
         finally:
-            self.pending.pop(frame_id, None)
-            self._close_if_drained()
+            expiry.cancel()
+            del self.pending[frame_id]
+            if not self.open:
+                self._close_if_drained()
         if reply.code == 0:
             return reply.payload
         raise _error(_CODES.get(reply.code, grpc.StatusCode.UNKNOWN), reply.details, reply.metadata)
@@ -194,6 +193,15 @@ class _ClientStream:
         if wake is not None and not wake.done():
             wake.set_result(None)
         self._done_writing = True
+
+
+class _Expired(Exception):
+    """The call's deadline passed before its reply came."""
+
+
+def _expire(future: asyncio.Future[mux_pb2.Frame]) -> None:
+    if not future.done():
+        future.set_exception(_Expired())
 
 
 def _error(code: grpc.StatusCode, details: str, trailing: Any = ()) -> grpc.aio.AioRpcError:

@@ -13,6 +13,7 @@ stream once the calls it has are answered.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import logging
@@ -23,7 +24,7 @@ from typing import Any
 import grpc
 
 from crm.mux.v1 import mux_pb2
-from crmkit.multiplex import CALL, CANCEL, DRAIN, EXCHANGE, REPLY, entries, metadata_of
+from crmkit.multiplex import CALL, CANCEL, DRAIN, EXCHANGE, REPLY, add_entries, metadata_of
 
 log = logging.getLogger("crmkit.multiplex")
 
@@ -111,13 +112,9 @@ class FrameContext:
     def reply(self, frame_id: int) -> mux_pb2.Frame:
         """The REPLY of a call that ended without a response (aborted, or a status set)."""
         code = self._code or grpc.StatusCode.UNKNOWN
-        return mux_pb2.Frame(
-            kind=REPLY,
-            id=frame_id,
-            code=code.value[0],
-            details=self._details,
-            metadata=entries(self._trailing),
-        )
+        frame = mux_pb2.Frame(kind=REPLY, id=frame_id, code=code.value[0], details=self._details)
+        add_entries(frame, self._trailing)
+        return frame
 
 
 class Multiplexer:
@@ -163,12 +160,29 @@ class Multiplexer:
         return handler
 
     async def _exchange(self, requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        """The stream's replies, in the order they are ready; ends once the client has closed
+        its side and every call it sent is answered."""
+        loop = asyncio.get_running_loop()
         stream = _ServerStream(self, context)
         self._streams.add(stream)
+        reader = asyncio.create_task(stream.read(requests))
+        timer = loop.call_later(self._lifetime, stream.drain)
+        replies = stream.replies
         try:
-            async for reply in stream.run(requests, self._lifetime):
-                yield reply
+            while True:
+                while replies:
+                    reply = replies.popleft()
+                    if reply is None:
+                        return
+                    yield reply
+                stream.wake = loop.create_future()
+                await stream.wake
         finally:
+            timer.cancel()
+            reader.cancel()
+            stream.cancel_running()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
             self._streams.discard(stream)
 
 
@@ -176,7 +190,8 @@ class _ServerStream:
     def __init__(self, multiplexer: Multiplexer, context: grpc.aio.ServicerContext) -> None:
         self._multiplexer = multiplexer
         self._peer = context.peer()
-        self._replies: asyncio.Queue[mux_pb2.Frame | None] = asyncio.Queue()
+        self.replies: collections.deque[mux_pb2.Frame | None] = collections.deque()
+        self.wake: asyncio.Future[None] | None = None
         self._running: dict[int, asyncio.Task[None]] = {}
         self._drained = False
         self._reading_done = False
@@ -184,26 +199,19 @@ class _ServerStream:
     def drain(self) -> None:
         if not self._drained:
             self._drained = True
-            self._replies.put_nowait(mux_pb2.Frame(kind=DRAIN))
+            self._reply(mux_pb2.Frame(kind=DRAIN))
 
-    async def run(self, requests: Any, lifetime: float) -> Any:
-        reader = asyncio.create_task(self._read(requests))
-        timer = asyncio.get_running_loop().call_later(lifetime, self.drain)
-        try:
-            while True:
-                reply = await self._replies.get()
-                if reply is None:
-                    return
-                yield reply
-        finally:
-            timer.cancel()
-            reader.cancel()
-            for task in list(self._running.values()):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+    def cancel_running(self) -> None:
+        for task in list(self._running.values()):
+            task.cancel()
 
-    async def _read(self, requests: Any) -> None:
+    def _reply(self, frame: mux_pb2.Frame | None) -> None:
+        self.replies.append(frame)
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def read(self, requests: Any) -> None:
         try:
             async for frame in requests:
                 if frame.kind == CALL:
@@ -219,7 +227,7 @@ class _ServerStream:
 
     def _finish_if_done(self) -> None:
         if self._reading_done and not self._running:
-            self._replies.put_nowait(None)
+            self._reply(None)
 
     async def _call(self, frame: mux_pb2.Frame) -> None:
         multiplexer = self._multiplexer
@@ -232,7 +240,7 @@ class _ServerStream:
                 )
             else:
                 reply = await self._answer(frame)
-            self._replies.put_nowait(reply)
+            self._reply(reply)
         finally:
             multiplexer.running -= 1
             self._running.pop(frame.id, None)
