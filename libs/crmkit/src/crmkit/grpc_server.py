@@ -102,9 +102,12 @@ async def run_service(
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
         reflection.aio.ReflectionServicer(reflected), Registration(server)
     )
-    address = f"{settings.GRPC_HOST}:{settings.GRPC_PORT}"
-    if server.add_insecure_port(address) == 0:
-        raise SystemExit(f"cannot listen on {address}: port in use or unavailable")
+    addresses = [f"{settings.GRPC_HOST}:{settings.GRPC_PORT}"]
+    if settings.GRPC_UNIX_SOCKET:
+        addresses.append(f"unix:{settings.GRPC_UNIX_SOCKET}")
+    for address in addresses:
+        if server.add_insecure_port(address) == 0:
+            raise SystemExit(f"cannot listen on {address}: in use or unavailable")
     metrics_port = start_metrics_server(registry, settings.METRICS_HOST, settings.METRICS_PORT)
 
     stop = asyncio.Event()

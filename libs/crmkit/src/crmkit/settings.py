@@ -40,6 +40,9 @@ class GrpcServiceSettings(CommonSettings):
 
     GRPC_HOST: str = "0.0.0.0"
     GRPC_PORT: int = Field(default=50051, ge=1, le=65535)
+    # Also listen on this Unix socket (the one-box launcher sets it: no TCP stack between
+    # processes on one host); empty: TCP only.
+    GRPC_UNIX_SOCKET: str = ""
     GRPC_MAX_WORKERS_CONCURRENCY: int = Field(default=1000, ge=1)
     SHUTDOWN_GRACE_SECONDS: float = Field(default=10.0, ge=0)
     GRPC_CALL_TIMEOUT: float = Field(

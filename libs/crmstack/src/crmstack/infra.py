@@ -22,6 +22,7 @@ from pathlib import Path
 
 import asyncpg
 
+from crmstack import local_sockets
 from crmstack.ports import free_port, release_port, wait_for_port
 from crmstack.processes import ManagedProcess, drop_privileges, say, spawn, stop_together
 from crmstack.state import start_time
@@ -72,6 +73,14 @@ class Infrastructure:
     nats_url: str
     servers: dict[str, InfraServer] = field(default_factory=dict)
     smtp_url: str = ""  # a local sink that logs messages, unless SMTP_URL names a server
+    # The embedded PostgreSQL through its Unix socket (crmstack.local_sockets): what the
+    # services get; database_url (TCP) is what people and tools are shown.
+    socket_database_url: str = ""
+
+    @property
+    def service_database_url(self) -> str:
+        """DATABASE_URL of the services: the socket's URL when there is one."""
+        return self.socket_database_url or self.database_url
 
     def stop(self) -> None:
         # Together: each takes ~0.2-1 s (PostgreSQL's fast shutdown writes a checkpoint).
@@ -301,6 +310,7 @@ def start_infrastructure(
     redis_url = os.environ.get("REDIS_URL", "")
     nats_url = os.environ.get("NATS_URL", "")
     smtp_url = os.environ.get("SMTP_URL", "")
+    socket_database_url: str | None = None
     try:
         if not database_url:
             servers["postgres"] = _postgres(data_root, logs, echo, fast_postgres)
@@ -316,6 +326,9 @@ def start_infrastructure(
             port = servers["postgres"].port
             asyncio.run(_ensure_database(port))
             database_url = f"postgresql://postgres@127.0.0.1:{port}/{DATABASE_NAME}"
+            socket_database_url = local_sockets.postgres_url(
+                data_root / "postgres", port, DATABASE_NAME
+            )
         if "redis" in servers:
             redis_url = f"redis://127.0.0.1:{servers['redis'].port}/0"
         if "nats" in servers:
@@ -326,4 +339,6 @@ def start_infrastructure(
         for server in servers.values():
             server.stop()
         raise
-    return Infrastructure(database_url, redis_url, nats_url, servers, smtp_url)
+    return Infrastructure(
+        database_url, redis_url, nats_url, servers, smtp_url, socket_database_url or ""
+    )

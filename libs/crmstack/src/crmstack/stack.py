@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 
+from crmstack import local_sockets
 from crmstack.backoff import RestartBackoff
 from crmstack.infra import InfraError, Infrastructure, running_postmaster, start_infrastructure
 from crmstack.ports import free_port, port_is_free, release_port, wait_for_port
@@ -125,6 +126,7 @@ class ServiceInstance:
     process: ManagedProcess
     port: int  # gRPC port, or HTTP port for the gateway
     metrics_port: int
+    socket: Path | None = None  # a gRPC service's Unix socket beside its port (local_sockets)
 
 
 def stop_command(data_dir: Path) -> str:
@@ -249,6 +251,7 @@ class Stack:
 
     def _plan(self) -> None:
         assert self.infra is not None
+        (self.config.data_dir / "sockets").mkdir(parents=True, exist_ok=True)
         for service in ALL_SERVICES:
             count = self.config.replicas.get(service, 1)
             instances = []
@@ -268,7 +271,12 @@ class Stack:
                     echo=self.config.echo_logs,
                     color=_COLORS.get(service, 0),
                 )
-                instances.append(ServiceInstance(service, replica, process, port, free_port()))
+                socket = None
+                if service != GATEWAY:
+                    socket = local_sockets.grpc_socket(self.config.data_dir, name)
+                instances.append(
+                    ServiceInstance(service, replica, process, port, free_port(), socket)
+                )
             self.instances[service] = instances
         self.env = self._shared_env()
         for instances in self.instances.values():
@@ -284,7 +292,7 @@ class Stack:
         env.update(
             {
                 "APP_SECRET": self.config.app_secret,
-                "DATABASE_URL": self.infra.database_url,
+                "DATABASE_URL": self.infra.service_database_url,
                 "REDIS_URL": self.infra.redis_url,
                 "NATS_URL": self.infra.nats_url,
                 "SMTP_URL": self.infra.smtp_url,
@@ -292,11 +300,14 @@ class Stack:
             }
         )
         for service in GRPC_SERVICES:
-            addresses = [f"127.0.0.1:{i.port}" for i in self.instances[service]]
-            # Several replicas: gRPC balances over the listed addresses (round robin).
-            env[f"{service.upper()}_ADDR"] = (
-                addresses[0] if len(addresses) == 1 else "ipv4:" + ",".join(addresses)
-            )
+            instances = self.instances[service]
+            addresses = [f"127.0.0.1:{i.port}" for i in instances]
+            if len(instances) == 1:
+                socket = instances[0].socket
+                env[f"{service.upper()}_ADDR"] = f"unix:{socket}" if socket else addresses[0]
+            else:
+                # Several replicas: gRPC balances over the listed addresses (round robin).
+                env[f"{service.upper()}_ADDR"] = "ipv4:" + ",".join(addresses)
         env.update(self.config.extra_env)
         return env
 
@@ -311,6 +322,8 @@ class Stack:
         else:
             env["GRPC_PORT"] = str(instance.port)
             env["GRPC_HOST"] = "127.0.0.1"
+            if instance.socket is not None:
+                env["GRPC_UNIX_SOCKET"] = str(instance.socket)
         return env
 
     def relaxed_settings(self) -> str:
