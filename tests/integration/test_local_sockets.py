@@ -25,7 +25,7 @@ async def test_the_services_reach_the_embedded_postgres_through_its_socket(
     try:
         over_socket = await connection.fetchval("SELECT inet_server_addr() IS NULL")
         # The services name their connections (crmkit.db.create_pool); the tests' do not.
-        by_tcp, by_socket = await connection.fetchrow(
+        counts = await connection.fetchrow(
             "SELECT count(*) FILTER (WHERE client_addr IS NOT NULL), "
             "count(*) FILTER (WHERE client_addr IS NULL) FROM pg_stat_activity "
             "WHERE backend_type = 'client backend' AND application_name <> ''"
@@ -33,6 +33,8 @@ async def test_the_services_reach_the_embedded_postgres_through_its_socket(
     finally:
         await connection.close()
     assert over_socket is True
+    assert counts is not None
+    by_tcp, by_socket = counts
     assert (by_tcp, by_socket > 0) == (0, True)
     tcp = await asyncpg.connect(infra.database_url)  # the URL `make run` prints still works
     try:
