@@ -201,7 +201,9 @@ async def test_a_server_without_the_stream_is_called_plainly() -> None:
     server, served = await _serve(multiplexed=False)
     channel = open_channel(f"127.0.0.1:{served.port}", 5, multiplexed=True)
     try:
-        answers = await asyncio.gather(*(_get(channel, f"p{i}") for i in range(5)))
+        # Many at once: frames written before UNIMPLEMENTED arrived once turned it into INTERNAL
+        # (most runs of 20 calls failed with UNAVAILABLE "stream ended: Internal error from Core").
+        answers = await asyncio.gather(*(_get(channel, f"p{i}") for i in range(20)))
         assert answers[0].record_json == b'{"id": "p0", "principal": "p1"}'
         assert (await _get(channel, "later")).record_json.startswith(b'{"id": "later"')
         assert "FrameContext" not in served.probe.contexts

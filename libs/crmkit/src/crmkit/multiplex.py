@@ -17,6 +17,12 @@ DRAIN = mux_pb2.Frame.KIND_DRAIN
 
 Metadata = Sequence[tuple[str, str | bytes]]
 
+# The server's initial metadata, sent as soon as a stream opens: the client writes frames only
+# after it has seen this. A server without Exchange answers UNIMPLEMENTED with no headers; a
+# frame written before that answer arrived would fail, and grpc.aio then reports the stream as
+# INTERNAL ("Internal error from Core") in place of UNIMPLEMENTED, hiding the fallback.
+SERVING = ("crm-mux", "1")
+
 
 def add_entries(frame: mux_pb2.Frame, metadata: Iterable[tuple[str, str | bytes]]) -> None:
     """`metadata` into the frame's entries (made in place: an Entry passed in is copied)."""

@@ -7,8 +7,10 @@ when the stream fails under it; a cancelled caller sends CANCEL.
 
 STREAMS streams per channel, each opened when first needed on whichever connection the
 channel's round-robin policy picks (replicas share the calls), and replaced when the server
-sends DRAIN or the stream ends. A server that does not serve Exchange answers UNIMPLEMENTED:
-the channel then makes its calls as plain unary calls (`NotMultiplexed`).
+sends DRAIN or the stream ends. Frames are written once the server's initial metadata names it
+a multiplexer (`multiplex.SERVING`, sent as the stream opens); a server that does not serve
+Exchange answers UNIMPLEMENTED instead, and the channel then makes its calls as plain unary
+calls (`NotMultiplexed`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ from typing import Any
 import grpc
 
 from crm.mux.v1 import mux_pb2
-from crmkit.multiplex import CALL, CANCEL, DRAIN, EXCHANGE, REPLY, add_entries, metadata_of
+from crmkit.multiplex import (
+    CALL,
+    CANCEL,
+    DRAIN,
+    EXCHANGE,
+    REPLY,
+    SERVING,
+    add_entries,
+    metadata_of,
+)
 
 log = logging.getLogger("crmkit.multiplex")
 
@@ -132,6 +143,8 @@ class _ClientStream:
     async def _write(self) -> None:
         loop = asyncio.get_running_loop()
         try:
+            if SERVING not in tuple(await self._call.initial_metadata()):
+                return  # no Exchange here: the reader reports the server's UNIMPLEMENTED
             while True:
                 while self._outbox:
                     await self._call.write(self._outbox.popleft())

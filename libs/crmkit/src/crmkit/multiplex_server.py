@@ -24,7 +24,16 @@ from typing import Any
 import grpc
 
 from crm.mux.v1 import mux_pb2
-from crmkit.multiplex import CALL, CANCEL, DRAIN, EXCHANGE, REPLY, add_entries, metadata_of
+from crmkit.multiplex import (
+    CALL,
+    CANCEL,
+    DRAIN,
+    EXCHANGE,
+    REPLY,
+    SERVING,
+    add_entries,
+    metadata_of,
+)
 
 log = logging.getLogger("crmkit.multiplex")
 
@@ -163,6 +172,7 @@ class Multiplexer:
         """The stream's replies, in the order they are ready; ends once the client has closed
         its side and every call it sent is answered."""
         loop = asyncio.get_running_loop()
+        await context.send_initial_metadata((SERVING,))
         stream = _ServerStream(self, context)
         self._streams.add(stream)
         reader = asyncio.create_task(stream.read(requests))
