@@ -11,7 +11,7 @@ does.
 Groups (each dropped alone, then rebuilt from its catalog definition):
   trigram GINs: the per-field `tg_` GIN indexes (gin_trgm_ops), where the planner still makes them
   text btrees: every `tx_` (left(column, 256), id) btree
-  search column: the generated `_search_` column and its GIN
+  search column: the `_search_` column, the trigger that keeps it and its GIN
   history CTE: the statement without its record_history insert
   FK check: the foreign key of `companyId` (a lookup of the company per row)
   #27 rule: the index set of docs/data-model.md "Indexes" (btrees on firstName, lastName and
@@ -58,7 +58,7 @@ from crm.records.v1 import records_pb2
 from crmkit.authz import Access
 from crmstack.client import signup
 from crmstack.stack import Stack, StackConfig
-from records import history, inputs, reads, writes
+from records import history, inputs, reads, search_ddl, writes
 from records.context import RequestContext
 from records.model import ObjectModel, WorkspaceModel
 from records.sql import quote
@@ -107,7 +107,6 @@ class Shape:
 
     indexes: dict[str, str]  # name -> CREATE INDEX definition
     search_column: str  # "" when none
-    search_expression: str
     search_indexes: dict[str, str]
     foreign_key: str
     foreign_key_definition: str
@@ -120,14 +119,14 @@ async def _shape(connection: asyncpg.Connection, obj: ObjectModel) -> Shape:
         f'"{obj.schema}"."{obj.name_singular}"',
     )
     indexes = {row[0]: row[1] for row in rows}
-    column = await connection.fetchrow(
-        "SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a "
-        "JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
-        "WHERE a.attrelid = to_regclass($1) AND a.attname LIKE '\\_search\\_%' "
-        "AND NOT a.attisdropped",
-        f'"{obj.schema}"."{obj.name_singular}"',
+    search_column = (
+        await connection.fetchval(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass($1) "
+            "AND attname LIKE '\\_search\\_%' AND NOT attisdropped",
+            f'"{obj.schema}"."{obj.name_singular}"',
+        )
+        or ""
     )
-    search_column, expression = (column[0], column[1]) if column else ("", "")
     search = {n: d for n, d in indexes.items() if search_column and f"({search_column} " in d}
     fk = await connection.fetchrow(
         "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
@@ -137,7 +136,6 @@ async def _shape(connection: asyncpg.Connection, obj: ObjectModel) -> Shape:
     return Shape(
         {n: d for n, d in indexes.items() if n not in search},
         search_column,
-        expression,
         search,
         fk[0] if fk else "",
         fk[1] if fk else "",
@@ -203,6 +201,10 @@ class Table:
         for name in variant.drop_indexes:
             await self.connection.execute(f"DROP INDEX {quote(self.obj.schema)}.{quote(name)}")
         if variant.drop_search:
+            fields = search_ddl.searchable_fields(self.obj)
+            trigger = search_ddl.trigger_name(self.obj, fields)
+            for statement in search_ddl.drop_trigger_statements(self.obj, trigger):
+                await self.connection.execute(statement)
             await self.connection.execute(
                 f"ALTER TABLE {self.obj.table} DROP COLUMN {quote(self.shape.search_column)}"
             )
@@ -216,11 +218,13 @@ class Table:
             await self.connection.execute(f"DROP INDEX {quote(self.obj.schema)}.{quote(name)}")
         for name in variant.drop_indexes:
             await self.connection.execute(self.shape.indexes[name])
-        if variant.drop_search:
-            await self.connection.execute(
-                f"ALTER TABLE {self.obj.table} ADD COLUMN {quote(self.shape.search_column)} text "
-                f"GENERATED ALWAYS AS ({self.shape.search_expression}) STORED"
-            )
+        if variant.drop_search:  # as the records planner adds it (records.search_ddl)
+            fields = search_ddl.searchable_fields(self.obj)
+            for statement in (
+                *search_ddl.add_column_statements(self.obj, fields),
+                *search_ddl.trigger_statements(self.obj, fields),
+            ):
+                await self.connection.execute(statement)
             for definition in self.shape.search_indexes.values():
                 await self.connection.execute(definition)
         if variant.drop_fk:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -419,3 +421,79 @@ def test_folding_after_lower_is_folding_but_for_the_known_exceptions(dsn: str) -
     )
     apart = {character for row in rows for character in row}
     assert apart <= FOLD_CASE_EXCEPTIONS, sorted(hex(ord(c)) for c in apart - FOLD_CASE_EXCEPTIONS)
+
+
+# -- the search column: a plain column kept by a trigger ------------------------------------------
+async def _search_shape(dsn: str, schema: str) -> tuple[str, bool, list[str]]:
+    """The person table's search column, whether it is generated, and its search triggers."""
+    table = f'"{schema}".person'
+    connection = await asyncpg.connect(dsn)
+    try:
+        column = await connection.fetchrow(
+            "SELECT attname, attgenerated <> '' FROM pg_attribute WHERE attrelid = $1::regclass "
+            "AND attname LIKE '\\_search\\_%' AND NOT attisdropped",
+            table,
+        )
+        triggers = await connection.fetch(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal",
+            table,
+        )
+    finally:
+        await connection.close()
+    assert column is not None
+    return column[0], column[1], sorted(row[0] for row in triggers)
+
+
+async def _as_earlier_versions_planned(dsn: str, schema: str) -> None:
+    """The search column as versions before the trigger planned it: GENERATED ... STORED (the
+    expression read off the trigger's function), no trigger, and the GIN dropped with it."""
+    column, _, (trigger,) = await _search_shape(dsn, schema)
+    table = f'"{schema}".person'
+    connection = await asyncpg.connect(dsn)
+    try:
+        body = await connection.fetchval(
+            "SELECT prosrc FROM pg_proc WHERE proname = $1 AND pronamespace = $2::regnamespace",
+            trigger,
+            schema,
+        )
+        expression = body.split(":=", 1)[1].split("; RETURN", 1)[0].replace("NEW.", "")
+        await connection.execute(f'DROP TRIGGER "{trigger}" ON {table}')
+        await connection.execute(f'DROP FUNCTION "{schema}"."{trigger}"()')
+        await connection.execute(f'ALTER TABLE {table} DROP COLUMN "{column}"')
+        await connection.execute(
+            f'ALTER TABLE {table} ADD COLUMN "{column}" text '
+            f"GENERATED ALWAYS AS ({expression}) STORED"
+        )
+    finally:
+        await connection.close()
+
+
+def test_a_generated_search_column_becomes_one_a_trigger_keeps(
+    client: httpx.Client, local_stack: Stack
+) -> None:
+    api = Api.signup(client)
+    dsn, schema = local_stack.env["DATABASE_URL"], _schema(api)
+    column, generated, triggers = asyncio.run(_search_shape(dsn, schema))
+    assert not generated
+    assert len(triggers) == 1, triggers
+    assert triggers[0].startswith("sxt_"), triggers
+    before = api.create("people", {"firstName": "Émilie", "lastName": "Zola"})
+
+    asyncio.run(_as_earlier_versions_planned(dsn, schema))
+    assert asyncio.run(_search_shape(dsn, schema)) == (column, True, [])
+    subprocess.run(
+        [sys.executable, "-m", "records", "migrate"], env=local_stack.env, check=True, timeout=120
+    )
+    # Converted in place (its values kept), kept by the trigger, its GIN built again.
+    assert asyncio.run(_search_shape(dsn, schema)) == (column, False, triggers)
+    assert "gin_trgm_ops" in _search_gin(_definitions(dsn, schema, "person"))
+    found = api.ok("GET", "/rest/search", params={"q": "emilie zola"})["data"]
+    assert [hit["record"]["id"] for hit in found] == [before["id"]]
+    api.ok("PATCH", f"/rest/people/{before['id']}", json={"lastName": "Zoé"})
+    found = api.ok("GET", "/rest/search", params={"q": "emilie zoe"})["data"]
+    assert [hit["record"]["id"] for hit in found] == [before["id"]]
+    # Planned again, nothing changes.
+    subprocess.run(
+        [sys.executable, "-m", "records", "migrate"], env=local_stack.env, check=True, timeout=120
+    )
+    assert asyncio.run(_search_shape(dsn, schema)) == (column, False, triggers)

@@ -79,6 +79,57 @@ def test_a_new_custom_field_is_searched_with_accents_and_typos(api: Api) -> None
     assert _hits(api, "nordic") == [("vessel", vessel["id"])]
 
 
+def test_the_search_text_follows_every_write(api: Api) -> None:
+    """The search column is computed on every INSERT and UPDATE (a trigger): updates, upserts on
+    either side of their conflict, a batch, and writes after the field was renamed."""
+    field_id = _vessels(api)
+    object_id = api.object_id("vessel")
+    api.create_field(object_id, "code", "TEXT", isUnique=True)
+    vessel = api.create("vessels", {"name": "Arctic Tern", "harbour": "Kerguélen"})
+    assert _hits(api, "kerguelen") == [("vessel", vessel["id"])]
+    api.ok("PATCH", f"/rest/vessels/{vessel['id']}", json={"harbour": "Tromsø"})
+    assert _hits(api, "tromsø") == [("vessel", vessel["id"])]
+    assert _hits(api, "kerguelen") == []
+    # An update of another field leaves the text as it was.
+    api.ok("PATCH", f"/rest/vessels/{vessel['id']}", json={"name": "Arctic Skua"})
+    assert _hits(api, "tromsø skua") == [("vessel", vessel["id"])]
+    assert _hits(api, "tern") == []
+
+    inserted = api.ok(
+        "POST", "/rest/vessels", 201, params={"upsert": "code"},
+        json={"code": "V-1", "name": "Upsert", "harbour": "Valparaíso"},
+    )["data"]  # fmt: skip
+    assert _hits(api, "valparaiso") == [("vessel", inserted["id"])]
+    api.ok(
+        "POST", "/rest/vessels", params={"upsert": "code"},
+        json={"code": "V-1", "name": "Upsert", "harbour": "Reykjavík"},
+    )  # fmt: skip
+    assert _hits(api, "reykjavik") == [("vessel", inserted["id"])]
+    assert _hits(api, "valparaiso") == []
+
+    batch = api.ok(
+        "POST", "/rest/batch/vessels", 201,
+        json=[{"name": f"Fleet {n}", "harbour": f"Ísafjörður {n}"} for n in range(3)],
+    )["data"]  # fmt: skip
+    assert {record_id for _, record_id in _hits(api, "isafjordur")} == {
+        record["id"] for record in batch
+    }
+
+    # Renamed, the field keeps its text and every later write computes it from the new name.
+    renamed = api.data(
+        'mutation($id: UUID!) { updateField(input: {id: $id, name: "port"}) { name } }',
+        {"id": field_id},
+        path="/metadata",
+    )
+    assert renamed["updateField"]["name"] == "port"
+    assert _hits(api, "tromsø") == [("vessel", vessel["id"])]
+    api.ok("PATCH", f"/rest/vessels/{vessel['id']}", json={"port": "Hammerfest"})
+    assert _hits(api, "hammerfest") == [("vessel", vessel["id"])]
+    assert _hits(api, "tromsø") == []
+    created = api.create("vessels", {"name": "After", "port": "Longyearbyen"})
+    assert _hits(api, "longyearbyen") == [("vessel", created["id"])]
+
+
 def test_exact_matches_rank_by_tier_and_typos_only_when_none_match(api: Api) -> None:
     typo = api.create("people", {"firstName": "Jean", "lastName": "Dupond"})
     exact = api.create("companies", {"name": "Dupont Industries"})

@@ -13,7 +13,7 @@ from crm.metadata.v1 import metadata_pb2 as md
 from crm.records.v1 import records_pb2
 from crmkit.authz import Access
 from crmkit.errors import InvalidArgument, PermissionDenied
-from records import ddl, inputs, ordering, reads, values, writes
+from records import ddl, inputs, ordering, reads, search_ddl, values, writes
 from records.context import RequestContext
 from records.model import WorkspaceModel
 from records.predicates import PredicateCompiler, like_pattern
@@ -275,6 +275,61 @@ def test_btrees_follow_the_indexed_flag_and_no_field_gets_a_trigram_gin() -> Non
     assert sorted(ddl.plan(model.schema, catalog, model)) == sorted(
         f'DROP INDEX IF EXISTS "{model.schema}"."{name}"' for name in earlier
     )
+
+
+def test_the_search_column_is_a_plain_one_a_trigger_keeps_and_follows_renames() -> None:
+    proto = schema()
+    proto.objects[0].fields[0].is_searchable = True  # firstName
+    model = WorkspaceModel.from_proto(proto)
+    person = model.object("person")
+    assert person is not None
+    catalog = ddl.Catalog()
+    ddl.plan(model.schema, catalog, model)
+    fields = search_ddl.searchable_fields(person)
+    column, trigger = search_ddl.column_name(fields), search_ddl.trigger_name(person, fields)
+    index = search_ddl.index_name(person, fields)
+    planned = search_ddl.plan(model.schema, catalog, model, "public")
+    starts = [
+        f'ALTER TABLE {person.table} ADD COLUMN "{column}" text GENERATED ALWAYS AS (',
+        f'ALTER TABLE {person.table} ALTER COLUMN "{column}" DROP EXPRESSION',
+        f'CREATE OR REPLACE FUNCTION "{model.schema}"."{trigger}"() RETURNS trigger',
+        f'CREATE TRIGGER "{trigger}" BEFORE INSERT OR UPDATE ON {person.table} FOR EACH ROW '
+        f'EXECUTE FUNCTION "{model.schema}"."{trigger}"()',
+        f'CREATE INDEX IF NOT EXISTS "{index}" ON {person.table} USING gin',
+    ]
+    assert len(planned) == len(starts)
+    for statement, start in zip(planned, starts, strict=True):
+        assert statement.startswith(start), statement
+    # The body is a string literal: its empty strings are doubled quotes.
+    body = f'NEW."{column}" := records.search_fold(coalesce(NEW."firstName", ' + "''''))"
+    assert body in planned[2]
+
+    # As the database then holds it: nothing to do; a generated column of earlier versions is
+    # made a plain one (its values kept).
+    table = catalog.tables["person"]
+    table.columns[column] = ddl.CatalogColumn(column, "text", generated=True)
+    table.triggers.add(trigger)
+    catalog.indexes.add(index)
+    assert search_ddl.plan(model.schema, catalog, model, "public") == [
+        f'ALTER TABLE {person.table} ALTER COLUMN "{column}" DROP EXPRESSION'
+    ]
+    table.columns[column].generated = False
+    assert search_ddl.plan(model.schema, catalog, model, "public") == []
+
+    # The field renamed: the same column, a new function and trigger for the new name.
+    proto.objects[0].fields[0].name = "givenName"
+    renamed = WorkspaceModel.from_proto(proto)
+    ddl.plan(renamed.schema, catalog, renamed)
+    person = renamed.object("person")
+    assert person is not None
+    fields = search_ddl.searchable_fields(person)
+    assert search_ddl.column_name(fields) == column
+    new_trigger = search_ddl.trigger_name(person, fields)
+    assert new_trigger != trigger
+    assert search_ddl.plan(renamed.schema, catalog, renamed, "public") == [
+        *search_ddl.drop_trigger_statements(person, trigger),
+        *search_ddl.trigger_statements(person, fields),
+    ]
 
 
 def test_fragment_filters_on_searchable_fields_are_prefiltered_by_the_search_column() -> None:

@@ -41,6 +41,7 @@ class CatalogColumn:
     name: str
     type: str
     tag: str = ""
+    generated: bool = False  # GENERATED ALWAYS AS (...) STORED
 
 
 @dataclass
@@ -48,6 +49,7 @@ class CatalogTable:
     name: str
     tag: str = ""
     columns: dict[str, CatalogColumn] = field(default_factory=dict)
+    triggers: set[str] = field(default_factory=set)  # the table's own (not internal) triggers
 
 
 @dataclass
@@ -83,7 +85,8 @@ async def read_catalog(connection: Any, schema: str) -> Catalog:
         """
         SELECT c.relname AS table_name, coalesce(obj_description(c.oid, 'pg_class'), '') AS tag,
                a.attname AS column_name, format_type(a.atttypid, a.atttypmod) AS column_type,
-               coalesce(col_description(c.oid, a.attnum), '') AS column_tag
+               coalesce(col_description(c.oid, a.attnum), '') AS column_tag,
+               a.attgenerated <> '' AS generated
         FROM unnest($1::oid[]) AS r(oid)
         JOIN pg_class c ON c.oid = r.oid
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -97,8 +100,16 @@ async def read_catalog(connection: Any, schema: str) -> Catalog:
             row["table_name"], CatalogTable(row["table_name"], row["tag"])
         )
         table.columns[row["column_name"]] = CatalogColumn(
-            row["column_name"], row["column_type"], row["column_tag"]
+            row["column_name"], row["column_type"], row["column_tag"], row["generated"]
         )
+    for row in await connection.fetch(
+        "SELECT c.relname, t.tgname FROM unnest($1::oid[]) AS r(oid) "
+        "JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal "
+        "JOIN pg_class c ON c.oid = r.oid WHERE c.relkind = 'r'",
+        relations,
+    ):
+        if row[0] in catalog.tables:
+            catalog.tables[row[0]].triggers.add(row[1])
     catalog.indexes = {
         row[0]
         for row in await connection.fetch(

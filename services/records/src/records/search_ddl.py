@@ -1,12 +1,21 @@
-"""The search text of each object: a generated column and a GIN trigram index over it.
+"""The search text of each object: a column kept by a trigger and a GIN trigram index over it.
 
 The column holds `records.search_fold` (lower + unaccent) of the searchable columns joined by
-spaces, computed once per write (STORED), so a search reads it instead of folding every
-candidate row again; `records.search` matches and ranks on it. Its name carries a digest of the
-searchable field ids: a field made searchable or not gives a new name, so the planner adds the
-new column and index and drops the old column, in the migration that changes the metadata (no
-restart). Field names are camelCase, so `_search_...` never collides with a field's column.
-Separate from `records.ddl`, which plans the tables and per-field indexes.
+spaces, computed once per write, so a search reads it instead of folding every candidate row
+again; `records.search` matches and ranks on it. Its name carries a digest of the searchable
+field ids: a field made searchable or not gives a new name, so the planner adds the new column
+and index and drops the old column, in the migration that changes the metadata (no restart).
+Field names are camelCase, so `_search_...` never collides with a field's column.
+
+The column is added as a generated column (the table's rewrite fills it for the rows there) and
+made a plain one at once; a BEFORE INSERT OR UPDATE trigger computes it from then on. A stored
+generated column costs every INSERT and UPDATE statement its expression built again (PostgreSQL
+reads it from the catalog and plans it, search_fold inlined, at each execution: ~30 us of a
+single-row INSERT's ~150 us here), where the trigger's plpgsql function keeps its plan for the
+session (docs/decisions.md, "The search column kept by a trigger"). The function's body names
+the columns, so its name carries a digest of its text: a field renamed gives a new function and
+trigger, and the old ones are dropped. Separate from `records.ddl`, which plans the tables and
+per-field indexes.
 """
 
 from __future__ import annotations
@@ -17,10 +26,11 @@ from typing import Any
 
 from records.ddl import Catalog
 from records.model import SEARCHABLE_TYPES, FieldModel, ObjectModel, WorkspaceModel
-from records.sql import quote
+from records.sql import literal, quote
 
 PREFIX = "sx_"
 COLUMN_PREFIX = "_search_"
+TRIGGER_PREFIX = "sxt_"
 FOLD = "records.search_fold"
 
 
@@ -56,8 +66,51 @@ def _digest(text: str) -> str:
 
 
 def column_name(fields: list[FieldModel]) -> str:
-    """The generated search column of `fields` (see the module docstring)."""
+    """The search column of `fields` (see the module docstring)."""
     return COLUMN_PREFIX + _digest(":".join(item.id for item in fields))
+
+
+def _trigger_body(fields: list[FieldModel]) -> str:
+    return f"BEGIN NEW.{quote(column_name(fields))} := {document(fields, 'NEW')}; RETURN NEW; END"
+
+
+def trigger_name(obj: ObjectModel, fields: list[FieldModel]) -> str:
+    """The trigger (and its function, in the object's schema) that keeps the search column of
+    `fields`; the name carries a digest of the function's text (see the module docstring)."""
+    return f"{TRIGGER_PREFIX}{_digest(obj.id)}_{_digest(_trigger_body(fields))}"
+
+
+def trigger_statements(obj: ObjectModel, fields: list[FieldModel]) -> list[str]:
+    """The function and the trigger that compute the search column of `fields` on every INSERT
+    and UPDATE of `obj`'s table. Not `UPDATE OF <columns>`: a trigger's columns could not change
+    type afterwards, and the function costs an UPDATE of other columns little."""
+    name = trigger_name(obj, fields)
+    function = f"{quote(obj.schema)}.{quote(name)}"
+    return [
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql "
+        f"AS {literal(_trigger_body(fields))}",
+        f"CREATE TRIGGER {quote(name)} BEFORE INSERT OR UPDATE ON {obj.table} "
+        f"FOR EACH ROW EXECUTE FUNCTION {function}()",
+    ]
+
+
+def add_column_statements(obj: ObjectModel, fields: list[FieldModel]) -> list[str]:
+    """Add the search column of `fields` to `obj`'s table, filled for the rows there (a
+    generated column, the table rewritten once), then made a plain one the trigger keeps."""
+    column = quote(column_name(fields))
+    return [
+        f"ALTER TABLE {obj.table} ADD COLUMN {column} text "
+        f"GENERATED ALWAYS AS ({document(fields)}) STORED",
+        f"ALTER TABLE {obj.table} ALTER COLUMN {column} DROP EXPRESSION",
+    ]
+
+
+def drop_trigger_statements(obj: ObjectModel, name: str) -> list[str]:
+    """Drop the search trigger `name` of `obj`'s table and its function."""
+    return [
+        f"DROP TRIGGER IF EXISTS {quote(name)} ON {obj.table}",
+        f"DROP FUNCTION IF EXISTS {quote(obj.schema)}.{quote(name)}()",
+    ]
 
 
 # What a write adds to a GIN index waits in the index's pending list until it is merged in (by
@@ -81,21 +134,29 @@ def _object_prefix(obj: ObjectModel) -> str:
 
 
 def plan(schema: str, catalog: Catalog, model: WorkspaceModel, trigram: str) -> list[str]:
-    """Statements that bring every object's search column and index to its searchable fields;
-    `catalog` as `records.ddl.plan` left it (tables renamed and created)."""
+    """Statements that bring every object's search column, trigger and index to its searchable
+    fields; `catalog` as `records.ddl.plan` left it (tables renamed and created)."""
     statements: list[str] = []
     for obj in model.objects.values():
         table = catalog.tables.get(obj.name_singular)
-        columns = [] if table is None else list(table.columns)
+        columns = {} if table is None else table.columns
+        triggers = set() if table is None else table.triggers
         existing = [name for name in columns if name.startswith(COLUMN_PREFIX)]
         fields = searchable_fields(obj) if obj.is_active else []
         wanted = column_name(fields) if fields else ""
+        trigger = trigger_name(obj, fields) if fields else ""
         index = index_name(obj, fields) if fields else ""
         if wanted and wanted not in existing:
+            statements.extend(add_column_statements(obj, fields))
+        elif wanted and columns[wanted].generated:  # as versions before the trigger made it
             statements.append(
-                f"ALTER TABLE {obj.table} ADD COLUMN {quote(wanted)} text "
-                f"GENERATED ALWAYS AS ({document(fields)}) STORED"
+                f"ALTER TABLE {obj.table} ALTER COLUMN {quote(wanted)} DROP EXPRESSION"
             )
+        for name in sorted(triggers):
+            if name.startswith(f"{TRIGGER_PREFIX}{_digest(obj.id)}_") and name != trigger:
+                statements.extend(drop_trigger_statements(obj, name))
+        if trigger and trigger not in triggers:
+            statements.extend(trigger_statements(obj, fields))
         statements.extend(
             f"DROP INDEX IF EXISTS {quote(obj.schema)}.{quote(name)}"
             for name in sorted(catalog.indexes)
