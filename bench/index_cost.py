@@ -11,7 +11,7 @@ does.
 Groups (each dropped alone, then rebuilt from its catalog definition):
   trigram GINs: the per-field `tg_` GIN indexes (gin_trgm_ops), where the planner still makes them
   text btrees: every `tx_` (left(column, 256), id) btree
-  search column: the `_search_` column, the trigger that keeps it and its GIN
+  search column: the `_search_` column, its triggers and its GIN
   history CTE: the statement without its record_history insert
   FK check: the foreign key of `companyId` (a lookup of the company per row)
   #27 rule: the index set of docs/data-model.md "Indexes" (btrees on firstName, lastName and
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import secrets
 import shutil
@@ -202,8 +203,8 @@ class Table:
             await self.connection.execute(f"DROP INDEX {quote(self.obj.schema)}.{quote(name)}")
         if variant.drop_search:
             fields = search_ddl.searchable_fields(self.obj)
-            trigger = search_ddl.trigger_name(self.obj, fields)
-            for statement in search_ddl.drop_trigger_statements(self.obj, trigger):
+            triggers = search_ddl.trigger_names(self.obj, fields)
+            for statement in search_ddl.drop_trigger_statements(self.obj, triggers):
                 await self.connection.execute(statement)
             await self.connection.execute(
                 f"ALTER TABLE {self.obj.table} DROP COLUMN {quote(self.shape.search_column)}"
@@ -235,14 +236,24 @@ class Table:
 
 
 @contextmanager
-def _history(obj: ObjectModel, on: bool) -> Iterator[None]:
-    if on:
+def _statement(obj: ObjectModel, with_history: bool, with_search: bool) -> Iterator[None]:
+    """The create statement without its history CTE, or without the search column's value (the
+    variant that dropped the column), while the block runs."""
+    if with_history and with_search:
         yield
         return
     # The statement is built once per model (ObjectModel.statements): built again without the
-    # history CTE here, and again with it afterwards.
+    # part here, and again with it afterwards.
     obj.statements.clear()
-    with mock.patch.object(history, "history_cte", lambda name, *a, **k: f"{name} AS (SELECT 1)"):
+    with contextlib.ExitStack() as patches:
+        if not with_history:
+            patches.enter_context(
+                mock.patch.object(
+                    history, "history_cte", lambda name, *a, **k: f"{name} AS (SELECT 1)"
+                )
+            )
+        if not with_search:
+            patches.enter_context(mock.patch.object(search_ddl, "insert_value", return_value=None))
         try:
             yield
         finally:
@@ -278,11 +289,13 @@ class Writer:
         times = self.backend.cpu_times()
         return float(times.user + times.system)
 
-    async def batch(self, with_history: bool = True) -> tuple[float, float]:
+    async def batch(
+        self, with_history: bool = True, with_search: bool = True
+    ) -> tuple[float, float]:
         """One statement of BATCH rows; (backend CPU seconds, wall seconds)."""
         data = [_person(self.written + n, self.rng, self.companies) for n in range(BATCH)]
         rows = inputs.prepare_batch(self.obj, data, self.access, self.ids)
-        with _history(self.obj, with_history):
+        with _statement(self.obj, with_history, with_search):
             sql, params = writes.create_statement(self.principal, self.obj, rows, ())
         cpu, started = self.cpu(), time.perf_counter()
         async with self.connection.transaction():
@@ -310,7 +323,7 @@ Samples = dict[str, list[list[tuple[float, float]]]]  # variant -> blocks -> (CP
 
 async def _block(writer: Writer, variant: Variant, batches: int, into: Samples) -> None:
     into.setdefault(variant.name, []).append(
-        [await writer.batch(variant.history) for _ in range(batches)]
+        [await writer.batch(variant.history, not variant.drop_search) for _ in range(batches)]
     )
 
 

@@ -222,9 +222,10 @@ def test_a_field_change_waits_for_its_migration_beyond_the_call_timeout(
     api: Api, extra_gateway: Callable[[dict[str, str]], str]
 ) -> None:
     # A searchable field is part of the object's search column, which is added anew (filled
-    # by a table rewrite), so adding one rewrites the table: with 10,000 people that takes about a second, longer than this
-    # gateway's GRPC_CALL_TIMEOUT. The change waits for its migration (METADATA_CHANGE_TIMEOUT)
-    # and answers what happened, instead of a timeout for a change rolled back or applied.
+    # by a table rewrite), so adding one rewrites the table: with 10,000 people that takes
+    # about a second, longer than this gateway's GRPC_CALL_TIMEOUT. The change waits for its
+    # migration (METADATA_CHANGE_TIMEOUT) and answers what happened, instead of a timeout for a
+    # change rolled back or applied.
     for start in range(0, 10_000, 1_000):
         rows = [
             {"firstName": f"First{i}", "lastName": f"Last{i}", "email": f"p{i}@example.com"}

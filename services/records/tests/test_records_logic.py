@@ -277,7 +277,7 @@ def test_btrees_follow_the_indexed_flag_and_no_field_gets_a_trigram_gin() -> Non
     )
 
 
-def test_the_search_column_is_a_plain_one_a_trigger_keeps_and_follows_renames() -> None:
+def test_the_search_column_is_filled_by_the_writes_and_follows_renames() -> None:
     proto = schema()
     proto.objects[0].fields[0].is_searchable = True  # firstName
     model = WorkspaceModel.from_proto(proto)
@@ -286,15 +286,18 @@ def test_the_search_column_is_a_plain_one_a_trigger_keeps_and_follows_renames() 
     catalog = ddl.Catalog()
     ddl.plan(model.schema, catalog, model)
     fields = search_ddl.searchable_fields(person)
-    column, trigger = search_ddl.column_name(fields), search_ddl.trigger_name(person, fields)
+    column, function = search_ddl.column_name(fields), search_ddl.function_name(person, fields)
+    on_insert, on_update = search_ddl.trigger_names(person, fields)
     index = search_ddl.index_name(person, fields)
     planned = search_ddl.plan(model.schema, catalog, model, "public")
     starts = [
         f'ALTER TABLE {person.table} ADD COLUMN "{column}" text GENERATED ALWAYS AS (',
         f'ALTER TABLE {person.table} ALTER COLUMN "{column}" DROP EXPRESSION',
-        f'CREATE OR REPLACE FUNCTION "{model.schema}"."{trigger}"() RETURNS trigger',
-        f'CREATE TRIGGER "{trigger}" BEFORE INSERT OR UPDATE ON {person.table} FOR EACH ROW '
-        f'EXECUTE FUNCTION "{model.schema}"."{trigger}"()',
+        f'CREATE OR REPLACE FUNCTION "{model.schema}"."{function}"() RETURNS trigger',
+        f'CREATE TRIGGER "{on_insert}" BEFORE INSERT ON {person.table} FOR EACH ROW '
+        f'WHEN (NEW."{column}" IS NULL) EXECUTE FUNCTION "{model.schema}"."{function}"()',
+        f'CREATE TRIGGER "{on_update}" BEFORE UPDATE ON {person.table} FOR EACH ROW '
+        f'EXECUTE FUNCTION "{model.schema}"."{function}"()',
         f'CREATE INDEX IF NOT EXISTS "{index}" ON {person.table} USING gin',
     ]
     assert len(planned) == len(starts)
@@ -303,12 +306,17 @@ def test_the_search_column_is_a_plain_one_a_trigger_keeps_and_follows_renames() 
     # The body is a string literal: its empty strings are doubled quotes.
     body = f'NEW."{column}" := records.search_fold(coalesce(NEW."firstName", ' + "''''))"
     assert body in planned[2]
+    # A create computes the column in its own SELECT list, from the recordset.
+    sql, _ = writes.create_statement(common_pb2.Principal(), person, [], ())
+    assert f'"{column}", "createdAt", "updatedAt") SELECT ' in sql
+    assert "records.search_fold(coalesce(x.\"firstName\", ''))" in sql
+    assert search_ddl.insert_value(person, ["lastName"], "x") is None  # the trigger then
 
     # As the database then holds it: nothing to do; a generated column of earlier versions is
     # made a plain one (its values kept).
     table = catalog.tables["person"]
     table.columns[column] = ddl.CatalogColumn(column, "text", generated=True)
-    table.triggers.add(trigger)
+    table.triggers |= {on_insert, on_update}
     catalog.indexes.add(index)
     assert search_ddl.plan(model.schema, catalog, model, "public") == [
         f'ALTER TABLE {person.table} ALTER COLUMN "{column}" DROP EXPRESSION'
@@ -316,7 +324,7 @@ def test_the_search_column_is_a_plain_one_a_trigger_keeps_and_follows_renames() 
     table.columns[column].generated = False
     assert search_ddl.plan(model.schema, catalog, model, "public") == []
 
-    # The field renamed: the same column, a new function and trigger for the new name.
+    # The field renamed: the same column, a new function and triggers for the new name.
     proto.objects[0].fields[0].name = "givenName"
     renamed = WorkspaceModel.from_proto(proto)
     ddl.plan(renamed.schema, catalog, renamed)
@@ -324,10 +332,11 @@ def test_the_search_column_is_a_plain_one_a_trigger_keeps_and_follows_renames() 
     assert person is not None
     fields = search_ddl.searchable_fields(person)
     assert search_ddl.column_name(fields) == column
-    new_trigger = search_ddl.trigger_name(person, fields)
-    assert new_trigger != trigger
+    assert search_ddl.function_name(person, fields) != function
     assert search_ddl.plan(renamed.schema, catalog, renamed, "public") == [
-        *search_ddl.drop_trigger_statements(person, trigger),
+        f'DROP TRIGGER IF EXISTS "{on_insert}" ON {person.table}',
+        f'DROP TRIGGER IF EXISTS "{on_update}" ON {person.table}',
+        f'DROP FUNCTION IF EXISTS "{model.schema}"."{function}"()',
         *search_ddl.trigger_statements(person, fields),
     ]
 

@@ -7,21 +7,23 @@ field ids: a field made searchable or not gives a new name, so the planner adds 
 and index and drops the old column, in the migration that changes the metadata (no restart).
 Field names are camelCase, so `_search_...` never collides with a field's column.
 
-The column is added as a generated column (the table's rewrite fills it for the rows there) and
-made a plain one at once; a BEFORE INSERT OR UPDATE trigger computes it from then on. A stored
-generated column costs every INSERT and UPDATE statement its expression built again (PostgreSQL
-reads it from the catalog and plans it, search_fold inlined, at each execution: ~30 us of a
-single-row INSERT's ~150 us here), where the trigger's plpgsql function keeps its plan for the
-session (docs/decisions.md, "The search column kept by a trigger"). The function's body names
-the columns, so its name carries a digest of its text: a field renamed gives a new function and
-trigger, and the old ones are dropped. Separate from `records.ddl`, which plans the tables and
-per-field indexes.
+Writes fill the column themselves, no longer a generated column: a stored generated column has
+its expression built again at every execution of every INSERT and UPDATE statement (PostgreSQL
+reads it from the catalog and plans it, search_fold inlined: a third of a single-row INSERT's
+instructions). An INSERT computes it in its own SELECT list (`insert_value`), planned once with
+the prepared statement; a BEFORE INSERT trigger that fires only when the column arrives NULL
+computes it for any other insert, and a BEFORE UPDATE trigger on every update (one plpgsql call
+a row, its plan kept for the session). docs/decisions.md, "The search column filled by the
+writes". The column is added as a generated column (the table's rewrite fills it for the rows
+there) and made a plain one at once. The function's body names the columns, so its name carries
+a digest of its text: a field renamed gives a new function and triggers, and the old ones are
+dropped. Separate from `records.ddl`, which plans the tables and per-field indexes.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from records.ddl import Catalog
@@ -74,29 +76,60 @@ def _trigger_body(fields: list[FieldModel]) -> str:
     return f"BEGIN NEW.{quote(column_name(fields))} := {document(fields, 'NEW')}; RETURN NEW; END"
 
 
-def trigger_name(obj: ObjectModel, fields: list[FieldModel]) -> str:
-    """The trigger (and its function, in the object's schema) that keeps the search column of
-    `fields`; the name carries a digest of the function's text (see the module docstring)."""
-    return f"{TRIGGER_PREFIX}{_digest(obj.id)}_{_digest(_trigger_body(fields))}"
+def _trigger_prefix(obj: ObjectModel) -> str:
+    return f"{TRIGGER_PREFIX}{_digest(obj.id)}_"
+
+
+def function_name(obj: ObjectModel, fields: list[FieldModel]) -> str:
+    """The function (in the object's schema) that computes the search column of `fields`; the
+    name carries a digest of its text (see the module docstring)."""
+    return _trigger_prefix(obj) + _digest(_trigger_body(fields))
+
+
+_INSERT, _UPDATE = "_ins", "_upd"
+
+
+def trigger_names(obj: ObjectModel, fields: list[FieldModel]) -> tuple[str, str]:
+    """The INSERT and the UPDATE trigger that run `function_name(obj, fields)`."""
+    function = function_name(obj, fields)
+    return function + _INSERT, function + _UPDATE
+
+
+def _function_of(trigger: str) -> str:
+    return trigger.removesuffix(_INSERT).removesuffix(_UPDATE)
 
 
 def trigger_statements(obj: ObjectModel, fields: list[FieldModel]) -> list[str]:
-    """The function and the trigger that compute the search column of `fields` on every INSERT
-    and UPDATE of `obj`'s table. Not `UPDATE OF <columns>`: a trigger's columns could not change
-    type afterwards, and the function costs an UPDATE of other columns little."""
-    name = trigger_name(obj, fields)
-    function = f"{quote(obj.schema)}.{quote(name)}"
+    """The function and the two triggers that compute the search column of `fields`: on an
+    INSERT that did not set it (`insert_value` sets it), on every UPDATE. Not `UPDATE OF
+    <columns>`: a trigger's columns could not change type afterwards, and the function costs an
+    UPDATE of other columns little."""
+    function = f"{quote(obj.schema)}.{quote(function_name(obj, fields))}"
+    on_insert, on_update = trigger_names(obj, fields)
+    column = quote(column_name(fields))
     return [
         f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql "
         f"AS {literal(_trigger_body(fields))}",
-        f"CREATE TRIGGER {quote(name)} BEFORE INSERT OR UPDATE ON {obj.table} "
+        f"CREATE TRIGGER {quote(on_insert)} BEFORE INSERT ON {obj.table} "
+        f"FOR EACH ROW WHEN (NEW.{column} IS NULL) EXECUTE FUNCTION {function}()",
+        f"CREATE TRIGGER {quote(on_update)} BEFORE UPDATE ON {obj.table} "
         f"FOR EACH ROW EXECUTE FUNCTION {function}()",
+    ]
+
+
+def drop_trigger_statements(obj: ObjectModel, triggers: Iterable[str]) -> list[str]:
+    """Drop the search `triggers` of `obj`'s table, then their functions."""
+    names = sorted(triggers)
+    functions = sorted({_function_of(name) for name in names})
+    return [
+        *(f"DROP TRIGGER IF EXISTS {quote(name)} ON {obj.table}" for name in names),
+        *(f"DROP FUNCTION IF EXISTS {quote(obj.schema)}.{quote(name)}()" for name in functions),
     ]
 
 
 def add_column_statements(obj: ObjectModel, fields: list[FieldModel]) -> list[str]:
     """Add the search column of `fields` to `obj`'s table, filled for the rows there (a
-    generated column, the table rewritten once), then made a plain one the trigger keeps."""
+    generated column, the table rewritten once), then made a plain one the writes fill."""
     column = quote(column_name(fields))
     return [
         f"ALTER TABLE {obj.table} ADD COLUMN {column} text "
@@ -105,12 +138,14 @@ def add_column_statements(obj: ObjectModel, fields: list[FieldModel]) -> list[st
     ]
 
 
-def drop_trigger_statements(obj: ObjectModel, name: str) -> list[str]:
-    """Drop the search trigger `name` of `obj`'s table and its function."""
-    return [
-        f"DROP TRIGGER IF EXISTS {quote(name)} ON {obj.table}",
-        f"DROP FUNCTION IF EXISTS {quote(obj.schema)}.{quote(name)}()",
-    ]
+def insert_value(obj: ObjectModel, columns: Sequence[str], alias: str) -> tuple[str, str] | None:
+    """The search column and its value for an `INSERT ... SELECT <columns> FROM ... AS <alias>`:
+    `(quoted column, expression over alias)`, or None when `obj` has no search column or a
+    searchable column is not among `columns` (the insert trigger computes it then)."""
+    fields = searchable_fields(obj) if obj.is_active else []
+    if not fields or not {item.column for item in fields} <= set(columns):
+        return None
+    return quote(column_name(fields)), document(fields, alias)
 
 
 # What a write adds to a GIN index waits in the index's pending list until it is merged in (by
@@ -144,7 +179,7 @@ def plan(schema: str, catalog: Catalog, model: WorkspaceModel, trigram: str) -> 
         existing = [name for name in columns if name.startswith(COLUMN_PREFIX)]
         fields = searchable_fields(obj) if obj.is_active else []
         wanted = column_name(fields) if fields else ""
-        trigger = trigger_name(obj, fields) if fields else ""
+        wanted_triggers = set(trigger_names(obj, fields)) if fields else set()
         index = index_name(obj, fields) if fields else ""
         if wanted and wanted not in existing:
             statements.extend(add_column_statements(obj, fields))
@@ -152,10 +187,14 @@ def plan(schema: str, catalog: Catalog, model: WorkspaceModel, trigram: str) -> 
             statements.append(
                 f"ALTER TABLE {obj.table} ALTER COLUMN {quote(wanted)} DROP EXPRESSION"
             )
-        for name in sorted(triggers):
-            if name.startswith(f"{TRIGGER_PREFIX}{_digest(obj.id)}_") and name != trigger:
-                statements.extend(drop_trigger_statements(obj, name))
-        if trigger and trigger not in triggers:
+        ours = {name for name in triggers if name.startswith(_trigger_prefix(obj))}
+        if ours - wanted_triggers:
+            statements.extend(drop_trigger_statements(obj, ours - wanted_triggers))
+        if wanted_triggers - ours:
+            statements.extend(
+                f"DROP TRIGGER IF EXISTS {quote(name)} ON {obj.table}"
+                for name in sorted(wanted_triggers & ours)
+            )
             statements.extend(trigger_statements(obj, fields))
         statements.extend(
             f"DROP INDEX IF EXISTS {quote(obj.schema)}.{quote(name)}"

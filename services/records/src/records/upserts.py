@@ -25,7 +25,7 @@ from records.inputs import Prepared
 from records.model import FieldModel, ObjectModel
 from records.predicates import owner_predicate
 from records.sql import Params, quote
-from records.writes import _CHANGED, NOW, _recordset, _run
+from records.writes import _CHANGED, NOW, _recordset, _run, insert_lists
 
 
 @dataclass
@@ -196,7 +196,7 @@ async def _upsert(
     params = Params()
     payload = params.add([row.columns for row in rows], "json")
     old_ids = params.add(matched, "uuid[]")
-    column_list = ", ".join(quote(c) for c in columns)
+    targets, values = insert_lists(obj, columns, "x")
     pairs = _assignments(obj, rows, item, params)
     sets = ", ".join([*(f"{quote(c)} = {e}" for c, e in pairs), f'"updatedAt" = {NOW}'])
     if pairs:
@@ -210,8 +210,8 @@ async def _upsert(
     sql = (
         f"WITH old AS (SELECT t.id, {obj.json_expression('t')} AS before, {shown} AS shown "
         f"FROM {obj.table} t WHERE t.id = ANY({old_ids})), "
-        f'ups AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
-        f"SELECT {column_list}, {NOW}, {NOW} "
+        f'ups AS (INSERT INTO {obj.table} AS t ({targets}, "createdAt", "updatedAt") '
+        f"SELECT {values}, {NOW}, {NOW} "
         f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
         f"ON CONFLICT {unique_conflict_target(item)} DO UPDATE SET {sets} WHERE {changes} "
         f"RETURNING t.id, t.xmax = 0 AS created, {obj.json_expression('t')} AS after, "

@@ -13,7 +13,7 @@ import asyncpg
 from crm.common.v1 import common_pb2
 from crmkit.authz import Access
 from crmkit.errors import AlreadyExists, InvalidArgument, NotFound
-from records import history, links, outbox
+from records import history, links, outbox, search_ddl
 from records.context import RequestContext
 from records.ddl import foreign_key_name, has_unique_index, unique_index_name, unique_over_md5
 from records.inputs import Prepared
@@ -130,10 +130,10 @@ def _insert_ctes(
     `after`."""
     columns = obj.insert_columns
     written = ", t AS written" if record is not None else ""
-    column_list = ", ".join(quote(c) for c in columns)
+    targets, values = insert_lists(obj, columns, "x")
     return (
-        f'WITH ins AS (INSERT INTO {obj.table} AS t ({column_list}, "createdAt", "updatedAt") '
-        f"SELECT {column_list}, {NOW}, {NOW} "
+        f'WITH ins AS (INSERT INTO {obj.table} AS t ({targets}, "createdAt", "updatedAt") '
+        f"SELECT {values}, {NOW}, {NOW} "
         f"FROM json_to_recordset({payload}) AS x({_recordset(obj, columns)}) "
         f"RETURNING t.id, {after} AS after, NULL::json AS before, {shown} AS shown{written}), "
         + outbox.outbox_cte(
@@ -143,6 +143,19 @@ def _insert_ctes(
         + ", "
         + history.history_cte("hi", "ins", obj, provenance, action=history.CREATED)
     )  # fmt: skip
+
+
+def insert_lists(obj: ObjectModel, columns: Sequence[str], alias: str) -> tuple[str, str]:
+    """The column list of an `INSERT ... SELECT ... FROM <recordset> AS <alias>` of `columns`
+    and its SELECT list: the columns, and the search column computed from them
+    (`records.search_ddl.insert_value`)."""
+    targets = [quote(c) for c in columns]
+    values = list(targets)
+    search = search_ddl.insert_value(obj, columns, alias)
+    if search is not None:
+        targets.append(search[0])
+        values.append(search[1])
+    return ", ".join(targets), ", ".join(values)
 
 
 async def _run(
