@@ -1,4 +1,4 @@
-"""The search text of each object: a column kept by a trigger and a GIN trigram index over it.
+"""The search text of each object: a column the writes fill and a GIN trigram index over it.
 
 The column holds `records.search_fold` (lower + unaccent) of the searchable columns joined by
 spaces, computed once per write, so a search reads it instead of folding every candidate row
