@@ -267,13 +267,21 @@ async def catalog_by_schema_scan(connection: asyncpg.Connection, schema: str) ->
     for row in await connection.fetch(
         "SELECT c.relname, coalesce(obj_description(c.oid, 'pg_class'), '') AS tag, a.attname, "
         "format_type(a.atttypid, a.atttypmod) AS type, "
-        "coalesce(col_description(c.oid, a.attnum), '') AS column_tag FROM pg_class c "
+        "coalesce(col_description(c.oid, a.attnum), '') AS column_tag, "
+        "a.attgenerated <> '' AS generated FROM pg_class c "
         "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_attribute a ON a.attrelid = c.oid "
         "AND a.attnum > 0 AND NOT a.attisdropped WHERE n.nspname = $1 AND c.relkind = 'r'",
         schema,
     ):
         table = catalog.tables.setdefault(row[0], ddl.CatalogTable(row[0], row[1]))
-        table.columns[row[2]] = ddl.CatalogColumn(row[2], row[3], row[4])
+        table.columns[row[2]] = ddl.CatalogColumn(row[2], row[3], row[4], row[5])
+    for row in await connection.fetch(
+        "SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT t.tgisinternal",
+        schema,
+    ):
+        catalog.tables[row[0]].triggers.add(row[1])
     catalog.indexes = {
         row[0]
         for row in await connection.fetch(
@@ -301,6 +309,7 @@ def test_the_catalog_read_by_table_is_the_schema_scan(ws: Workspace, stack: Stac
             assert len(read.tables) >= 5
             assert read.indexes
             assert read.constraints
+            assert any(table.triggers for table in read.tables.values())
             missing = await ddl.read_catalog(connection, "ws_" + "0" * 32)
             assert missing == ddl.Catalog(exists=False)
         finally:
