@@ -436,3 +436,17 @@ def test_a_create_statement_is_built_once_and_bound_to_each_caller() -> None:
     assert "records.outbox" not in quiet_sql
     assert "records.record_history" in quiet_sql
     assert len(quiet.values) == 6  # no trace context: no event is written
+    # Creates of several requests in one statement (records.create_groups): each record's
+    # event gets its own request's trace, bound as one map by record id.
+    pair = [
+        *rows,
+        inputs.prepare_create(obj, {"name": "Beta"}, "", Access(False, ""), inputs.RecordIds()),
+    ]
+    traces = {str(row.columns["id"]): {"traceparent": f"00-{n}"} for n, row in enumerate(pair)}
+    grouped_sql, grouped = writes.create_statement(alice, obj, pair, (), traces=traces)
+    assert grouped_sql is not first_sql
+    assert grouped.values[0] == [row.columns for row in pair]
+    assert grouped.values[1:6] == first.values[1:6]
+    assert grouped.values[6] == traces
+    assert "($7::jsonb -> s.id::text)::jsonb" in grouped_sql
+    assert writes.create_statement(key, obj, pair, (), traces=traces)[0] is grouped_sql

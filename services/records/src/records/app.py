@@ -71,6 +71,7 @@ async def serve(settings: RecordsSettings) -> None:
         count_cap=settings.RECORDS_COUNT_CAP,
         idempotency_ttl=float(settings.IDEMPOTENCY_KEY_TTL),
         search_pool=search_pool,
+        create_group_in_flight=settings.CREATE_GROUP_IN_FLIGHT,
     )
     relay = OutboxRelay(settings, nats, metrics)
     imports = ImportServicer(

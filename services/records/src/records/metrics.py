@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class RecordsMetrics:
     pruned: Counter
     relay_active: Gauge
     history_pruned: Counter
+    create_rows: Histogram
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> RecordsMetrics:
@@ -77,6 +78,14 @@ class RecordsMetrics:
             history_pruned=Counter(
                 "records_history_pruned_total",
                 "Record history entries deleted after RECORD_HISTORY_RETENTION_DAYS.",
+                registry=registry,
+            ),
+            create_rows=Histogram(
+                "records_create_statement_rows",
+                "Records written by each statement of single-record creates: more than 1 when "
+                "creates of one caller and object that arrived together went in one statement "
+                "(CREATE_GROUP_IN_FLIGHT).",
+                buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 100),
                 registry=registry,
             ),
         )

@@ -55,9 +55,10 @@ def actor_kind(principal: common_pb2.Principal) -> str:
 @dataclass(frozen=True)
 class Provenance:
     """Who made a change, and under which trace: placeholders bound once per statement, shared
-    by its outbox and history rows (records.history). `trace` is "" when the statement writes
-    no event (an unused parameter would have no type). Their order is fixed, so a statement
-    built once per object serves every caller (records.writes.create_statement)."""
+    by its outbox and history rows (records.history). `trace` is the SQL of the events' trace
+    context, "" when the statement writes no event (an unused parameter would have no type).
+    Their order is fixed, so a statement built once per object serves every caller
+    (records.writes.create_statement)."""
 
     workspace: str
     kind: str
@@ -68,18 +69,28 @@ class Provenance:
 
     @classmethod
     def bound(
-        cls, params: Params, principal: common_pb2.Principal, *, events: bool = True
+        cls,
+        params: Params,
+        principal: common_pb2.Principal,
+        *,
+        events: bool = True,
+        traces: dict[str, dict[str, str]] | None = None,
     ) -> Provenance:
-        return cls(
-            workspace=params.add(principal.workspace_id, "uuid"),
-            kind=params.add(actor_kind(principal), "text"),
-            user=params.add(principal.user_id, "text"),
-            credential=params.add(principal.credential_id, "text"),
-            workflow=params.add(principal.workflow_id, "text"),
-            trace=(
-                params.add(orjson.dumps(trace_context_headers()).decode(), "text") if events else ""
-            ),
-        )
+        """The placeholders of `principal`'s change; its events carry the current trace
+        context, or with `traces` (record id -> trace context) each record's own: the creates of
+        several requests written by one statement (records.create_groups)."""
+        workspace = params.add(principal.workspace_id, "uuid")
+        kind = params.add(actor_kind(principal), "text")
+        user = params.add(principal.user_id, "text")
+        credential = params.add(principal.credential_id, "text")
+        workflow = params.add(principal.workflow_id, "text")
+        if not events:
+            trace = ""
+        elif traces is None:
+            trace = params.add(orjson.dumps(trace_context_headers()).decode(), "text")
+        else:
+            trace = f"({params.add(traces, 'jsonb')} -> s.id::text)"
+        return cls(workspace, kind, user, credential, workflow, trace)
 
 
 def outbox_cte(

@@ -31,6 +31,7 @@ from records import (
 )
 from records.cache import SchemaCache
 from records.context import RequestContext
+from records.create_groups import CreateGroups
 from records.metrics import RecordsMetrics
 from records.model import ObjectModel
 
@@ -65,8 +66,10 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         count_cap: int = 10_000,
         idempotency_ttl: float = 24 * 3600.0,
         search_pool: Any = None,
+        create_group_in_flight: int = 2,
     ) -> None:
         self._pool = pool
+        self._creates = CreateGroups(pool, create_group_in_flight, metrics.create_rows.observe)
         # Searches run on sessions carrying search.SESSION_SETTINGS (app.serve's search pool).
         self._search_pool = search_pool if search_pool is not None else pool
         self._nats = nats
@@ -145,12 +148,18 @@ class RecordsServicer(records_pb2_grpc.RecordsServiceServicer):
         ctx, obj, access = await self._context(context, request.ref, authz.WRITE)
         names = reads.check_fields(obj, list(request.fields))
         prepared = inputs.prepare_create(obj, _json(request.data_json), "", access, self._ids)
+        guard = idempotency.guard_of(context, ctx.principal, "CreateRecord")
+        if guard is None:
+            created = await self._creates.create(ctx, obj, prepared, names)
+            return records_pb2.RecordResponse(record_json=created.record_json.encode())
 
         async def write(connection: Any) -> records_pb2.RecordResponse:
             written = await writes.create(connection, ctx, obj, [prepared], names)
             return records_pb2.RecordResponse(record_json=written[0].record_json.encode())
 
-        return await self._write(context, ctx, "CreateRecord", records_pb2.RecordResponse, write)
+        return await idempotency.run(
+            self._pool, guard, self._idempotency_ttl, records_pb2.RecordResponse, write
+        )
 
     async def CreateRecords(  # noqa: N802
         self, request: records_pb2.CreateRecordsRequest, context: Context

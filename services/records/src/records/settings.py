@@ -50,6 +50,10 @@ class RecordsSettings(GrpcServiceSettings, DatabaseSettings, NatsSettings):
     # Whether an import's events are published several to a message (docs/events.md, "Bulk
     # writes"); off, every event travels alone, for stream readers that do not read batches.
     RECORD_EVENTS_BULK_BATCHES: bool = True
+    # Statements of single-record creates one caller may have in flight in one object; creates
+    # that arrive while that many run wait and go together in the next statement, up to 100 (one
+    # commit for all: docs/decisions.md, "Creates that arrive together"). 0: every create alone.
+    CREATE_GROUP_IN_FLIGHT: int = Field(default=2, ge=0, le=64)
     # How long a write's Idempotency-Key is remembered (docs/api.md): a retry with the key within
     # it replays the first answer. Expired keys are pruned every minute.
     IDEMPOTENCY_KEY_TTL: Duration = Field(default=24 * 3600, ge=1)

@@ -47,15 +47,16 @@ def create_statement(
     names: tuple[str, ...],
     *,
     events: bool = True,
+    traces: dict[str, dict[str, str]] | None = None,
 ) -> tuple[str, Params]:
     """The statement `create` runs: the INSERT of `rows` with its outbox and history CTEs
     (bench/index_cost.py measures this very statement). Its text depends only on the object,
-    `names` and `events` (the values are parameters in a fixed order), so it is built once per
-    object model (ObjectModel.statements)."""
+    `names`, `events` and whether `traces` gives each record's trace context (the values are
+    parameters in a fixed order), so it is built once per object model (ObjectModel.statements)."""
     params = Params()
     payload = params.add([row.columns for row in rows], "json")
-    provenance = outbox.Provenance.bound(params, principal, events=events)
-    key = ("create", names, events)
+    provenance = outbox.Provenance.bound(params, principal, events=events, traces=traces)
+    key = ("create", names, events, traces is not None)
     sql = obj.statements.get(key)
     if sql is None:
         shown = obj.json_expression("t", names) if names else "NULL::json"
@@ -75,13 +76,15 @@ async def create(
     names: tuple[str, ...],
     *,
     events: bool = True,
+    traces: dict[str, dict[str, str]] | None = None,
 ) -> list[Written]:
     """Insert `rows` (all or nothing) and their outbox rows (none when not `events`); records in
-    input order."""
+    input order. Their events carry the current trace context, or with `traces` (record id ->
+    trace context) each record's own."""
     if not rows:
         return []
     await links.require_readable_targets(connection, ctx, obj, rows)
-    sql, params = create_statement(ctx.principal, obj, rows, names, events=events)
+    sql, params = create_statement(ctx.principal, obj, rows, names, events=events, traces=traces)
     found = await _run(connection, sql, params, obj, rows)
     by_id = {row[0]: row[1] for row in found}
     return [Written(row.columns["id"], by_id[row.columns["id"]], []) for row in rows]
