@@ -263,19 +263,50 @@ DIRECT: tuple[tuple[str, dict[str, Any] | None], ...] = (
     ("query($id: UUID!) { one: person(id: $id) { id vip } }", {"id": PERSON}),
     (
         "mutation($d: PersonCreateInput!) { createPerson(data: $d) { id firstName tags } }",
-        {"d": {"firstName": "F1", "jobTitle": "Engineer"}},
+        # every kind of value the records request is built from: dates, enums in a list, JSON,
+        # booleans, a relation's UUID, an explicit null
+        {
+            "d": {
+                "firstName": "F1",
+                "jobTitle": "Engineer",
+                "birthday": "1990-02-03",
+                "tags": ["PARTNER", "LEAD"],
+                "profile": {"a": [1, {"b": None}], "c": "d"},
+                "vip": True,
+                "email": None,
+                "companyId": "cccccccc-cccc-cccc-cccc-cccccccccccc",
+            }
+        },
     ),
     ('mutation { made: createPerson(data: {firstName: "F1"}) { id vip __typename } }', None),
     (
         "mutation($id: UUID!, $d: PersonUpdateInput!) { updatePerson(id: $id, data: $d) "
         "{ id firstName tags } }",
-        {"id": PERSON, "d": {"jobTitle": "Sales"}},
+        {"id": PERSON, "d": {"jobTitle": "Sales", "tags": [], "birthday": None, "vip": False}},
     ),
     (f'mutation {{ gone: deletePerson(id: "{PERSON}") {{ id vip __typename }} }}', None),
     (f'mutation {{ restorePerson(id: "{PERSON}") {{ id firstName }} }}', None),
+    (
+        "mutation($d: OpportunityCreateInput!) { createOpportunity(data: $d) { id } }",
+        {
+            "d": {
+                "name": "Deal",
+                "stage": "QUALIFIED",
+                "amount": {"amountMicros": 5_000_000, "currencyCode": "EUR"},
+                "closeDate": "2026-12-31",
+            }
+        },
+    ),
 )
 WRITES = DIRECT[9:]  # with the records method each one calls
-WRITE_METHODS = ("CreateRecord", "CreateRecord", "UpdateRecord", "DeleteRecord", "RestoreRecord")
+WRITE_METHODS = (
+    "CreateRecord",
+    "CreateRecord",
+    "UpdateRecord",
+    "DeleteRecord",
+    "RestoreRecord",
+    "CreateRecord",
+)
 # Answered by the normal execution (each a reason the direct path does not apply).
 NOT_DIRECT = (
     (

@@ -134,3 +134,18 @@ def test_analyses_of_operations_without_variables_are_kept_per_schema() -> None:
         with pytest.raises(QueryTooLarge, match="cost"):
             analyses.check(SCHEMA, over, None, None, LIMITS)
     assert analyses.check(SCHEMA, "{ people { edges", None, None, LIMITS) is None
+
+
+def test_analyses_whose_variables_set_no_page_are_kept() -> None:
+    """A mutation's `data: $d` changes nothing the analysis counts: kept like a plain one, while
+    an operation whose variable sets a page (above) is analysed on every request."""
+    analyses = Analyses(maxsize=2)
+    create = "mutation C($name: String) { createPerson(name: $name) { id company { id } } }"
+    first = analyses.check(SCHEMA, create, {"name": "a"}, None, LIMITS)
+    assert first is not None
+    assert first == check_request(SCHEMA, create, {"name": "a"}, None, LIMITS)
+    assert analyses.check(SCHEMA, create, {"name": "b"}, None, LIMITS) is first
+    paged = "query Q($n: Int, $id: ID!) { person(id: $id) { id } "
+    paged += "people(first: $n) { edges { node { id } } } }"
+    costs = [analyses.check(SCHEMA, paged, {"n": n, "id": 1}, None, LIMITS) for n in (5, 9)]
+    assert [analysis.cost if analysis else None for analysis in costs] == [1 + 5, 1 + 9]

@@ -75,6 +75,7 @@ ConvertArguments = Callable[[dict[str, Any]], dict[str, Any]]
 # What the root field does, and the RecordOperations method the direct path calls for it.
 LIST, GET, CREATE, UPDATE, DELETE, RESTORE = "list", "get", "create", "update", "delete", "restore"
 _READS = frozenset({LIST, GET})
+_RECORD_DATA_WRITES = frozenset({CREATE, UPDATE})  # arguments `data` (and `id`), as coerced
 _CALLS: dict[str, Callable[..., Awaitable[Any]]] = {
     LIST: RecordOperations.page,
     GET: RecordOperations.get_one,
@@ -267,6 +268,15 @@ def compile_operation(
             config=schema.config,
         )
 
+    if kind in _RECORD_DATA_WRITES and set(field_def.args) == {
+        argument.python_name for argument in strawberry_field.arguments
+    }:
+        # The write hands `data` to `record_json`, which makes the same JSON of graphql-core's
+        # coerced input (a dict keyed by GraphQL name, unset fields absent, enums and scalars
+        # already parsed) as of the Strawberry input object it would become: the conversion,
+        # a fifth of a GraphQL create's gateway CPU, is skipped.
+        convert = _as_coerced
+
     arguments = None
     prepared = None
     if not operation.variable_definitions:
@@ -290,6 +300,10 @@ def compile_operation(
         arguments=arguments,
         prepared=prepared,
     )
+
+
+def _as_coerced(values: dict[str, Any]) -> dict[str, Any]:
+    return values
 
 
 def _prepared_list(

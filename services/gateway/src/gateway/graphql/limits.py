@@ -119,6 +119,18 @@ def check_request(
 ) -> QueryAnalysis | None:
     """The request's analysis, or QueryTooLarge. None when there is nothing to analyse (the
     query does not parse or names no operation): execution then reports that error."""
+    checked = _checked(schema, query, variables, operation_name, limits)
+    return None if checked is None else checked[0]
+
+
+def _checked(
+    schema: GraphQLSchema,
+    query: str,
+    variables: Mapping[str, Any] | None,
+    operation_name: str | None,
+    limits: QueryLimits,
+) -> tuple[QueryAnalysis, bool] | None:
+    """check_request's answer, and whether a variable's value went into it (a page size)."""
     document = parse_limited(query, limits)
     if document is None:
         return None
@@ -145,13 +157,14 @@ def check_request(
             "it; ask for smaller pages or fewer connections)",
             analysis,
         )
-    return analysis
+    return analysis, walk.read_variables
 
 
 class Analyses:
-    """The analyses of one schema's operations that declare no variables, by query text,
-    operation name and limits: they are the same on every request (check_request's answer,
-    without its walk). Bounded; a request over a limit is not kept (it raises every time)."""
+    """The analyses of one schema's operations that read no variable (none declared, or none
+    giving a page size, as a mutation's `data: $d`), by query text, operation name and limits:
+    they are the same on every request (check_request's answer, without its walk). Bounded; a
+    request over a limit is not kept (it raises every time)."""
 
     def __init__(self, maxsize: int = ANALYSES_PER_SCHEMA) -> None:
         self._maxsize = maxsize
@@ -172,12 +185,11 @@ class Analyses:
         if found is not None:
             self._entries.move_to_end(key)
             return found
-        analysis = check_request(schema, query, variables, operation_name, limits)
-        if analysis is None:
+        checked = _checked(schema, query, variables, operation_name, limits)
+        if checked is None:
             return None
-        document = parse_limited(query, limits)
-        operation = _operation(document, operation_name) if document is not None else None
-        if operation is not None and not operation.variable_definitions:
+        analysis, read_variables = checked
+        if not read_variables:
             self._entries[key] = analysis
             if len(self._entries) > self._maxsize:
                 self._entries.popitem(last=False)
@@ -215,6 +227,7 @@ class _Walk:
     aliases: int = 0
     root_fields: int = 0
     visited: int = 0
+    read_variables: bool = False  # a variable's value (a page size) went into the analysis
     fragments: dict[str, FragmentDefinitionNode] = field(default_factory=dict)
     expanding: set[str] = field(default_factory=set)
 
@@ -302,6 +315,7 @@ class _Walk:
         if isinstance(value, IntValueNode):
             return int(value.value)
         if isinstance(value, VariableNode):
+            self.read_variables = True
             name = value.name.value
             given = self.variables.get(name)
             if isinstance(given, int) and not isinstance(given, bool):
