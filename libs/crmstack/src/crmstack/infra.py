@@ -128,6 +128,9 @@ def _postgres(data_root: Path, logs: Path, echo: bool, fast: bool) -> InfraServe
         user = POSTGRES_SYSTEM_USER
         data_root.mkdir(parents=True, exist_ok=True)
         _make_traversable(data_root)
+        # The binaries too: a checkout under a private folder (mktemp -d, /root) is otherwise
+        # out of that user's reach, and initdb fails with "Permission denied".
+        _make_traversable(bin_dir)
     if not (data_dir / "PG_VERSION").exists():
         # initdb in a staging folder renamed into place once complete: an interrupted first
         # start never leaves a half-made cluster that the next start would take for a real one.
